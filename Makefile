@@ -1,0 +1,41 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test bench install browser clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's Chromium for the browser tests; installed when missing and we are root.
+browser:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = "0" ]; then \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "chromium is missing: browser tests will be skipped (install Debian's chromium)"; \
+	  fi; \
+	fi
+
+run: $(STAMP)
+	$(BIN)/switchboard serve
+
+test: $(STAMP) browser
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python bench/store_bench.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

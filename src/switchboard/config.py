@@ -1,0 +1,83 @@
+"""Settings read from SWITCHBOARD_* environment variables (SYSTEM.md section 14).
+
+A bad value stops start-up with a message naming the variable.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import platformdirs
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ConfigError(Exception):
+    """A SWITCHBOARD_* variable holds a value we cannot use."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", extra="ignore")
+
+    database_url: str | None = None
+    data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("switchboard")))
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    base_url: str | None = None
+
+    lease_ttl_seconds: int = Field(300, ge=1, le=86400)
+    sweep_interval_seconds: float = Field(30.0, gt=0, le=86400)
+    retention_interval_seconds: float = Field(3600.0, gt=0)
+    retry_backoff_base_seconds: float = Field(30.0, ge=0, le=86400)
+    retry_backoff_max_seconds: float = Field(900.0, ge=0, le=7 * 86400)
+    default_max_attempts: int = Field(5, ge=1, le=100)
+    attempt_summary_from_result: bool = False
+
+    metrics_token: str | None = None
+    dev_login: bool = False
+    rate_limit_rps: float = Field(20.0, gt=0)
+    rate_limit_burst: int = Field(40, ge=1)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = "json"
+    doorbell_gate_seconds: float = Field(60.0, ge=0)
+    hooks_allow_private: bool = False
+    a2ui: bool = False
+    secret_key: str | None = None
+    user: str | None = None
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower(cls, v: object) -> object:
+        return v.lower() if isinstance(v, str) else v
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _metrics_token_length(cls, v: str | None) -> str | None:
+        if v is not None and v != "" and len(v.encode()) < 32:
+            raise ValueError("must be at least 32 bytes")
+        return v or None
+
+    @property
+    def public_base_url(self) -> str:
+        if self.base_url:
+            return self.base_url.rstrip("/")
+        return f"http://{self.host}:{self.port}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment; raise ConfigError naming the variable when a value is bad."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            parts.append(f"SWITCHBOARD_{field.upper()}: {err['msg']}")
+        raise ConfigError("; ".join(parts)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

@@ -1,0 +1,133 @@
+"""Agents and their vended endpoints: credentials (`sbk_…`, SHA-256 + prefix stored, shown once),
+scopes, revocation and expiry with the cascade onto their todos."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from . import events, inputs
+from .errors import Invalid, NotFound
+from .models import DEFAULT_VERBS, VERBS, Core, EndpointCaller, HumanCaller, effective_verbs
+from .queries import Q
+from .secrets import display_prefix, new_credential, new_slug, same, sha256
+
+
+def public(row: dict) -> dict:
+    """An endpoint as its owner sees it; never the credential or its hash."""
+    return {
+        "endpoint_id": str(row["id"]), "slug": row["slug"], "agent": row["agent_name"],
+        "queues": list(row["scope_queues"]), "verbs": list(row["scope_verbs"]),
+        "state": row["state"], "credential_prefix": row["credential_prefix"],
+        "default_lease_ttl_seconds": row["default_lease_ttl_seconds"],
+        "created_at": row["created_at"].isoformat(),
+        "revoked_at": row["revoked_at"].isoformat() if row["revoked_at"] else None,
+        "expires_at": row["expires_at"].isoformat() if row["expires_at"] else None,
+        "last_used_at": row["last_used_at"].isoformat() if row["last_used_at"] else None,
+    }
+
+
+def caller_from_row(row: dict, session_id: str | None = None) -> EndpointCaller:
+    return EndpointCaller(endpoint_id=row["id"], agent_id=row["agent_id"], queues=tuple(row["scope_queues"]),
+                          verbs=effective_verbs(row["scope_verbs"]), session_id=session_id,
+                          default_lease_ttl=row["default_lease_ttl_seconds"], slug=row["slug"])
+
+
+async def vend(core: Core, human: HumanCaller, *, agent: Any, queues: list[str] | None = None,
+               verbs: list[str] | None = None, lease_ttl: Any = None,
+               expires_at: datetime | None = None) -> tuple[dict, str]:
+    """Vend an endpoint for one of the human's agents. Returns (endpoint, credential shown once)."""
+    agent_name = inputs.text(agent, "agent", max_chars=64, required=True)
+    queue_list = list(dict.fromkeys(inputs.queue(q) for q in (queues or ["inbox"])))
+    verb_list = list(dict.fromkeys(verbs or DEFAULT_VERBS))
+    unknown = [v for v in verb_list if v not in VERBS]
+    if unknown:
+        raise Invalid(f"unknown verb {unknown[0]}; known verbs: {', '.join(VERBS)}", argument="verb")
+    if lease_ttl is not None and (isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int)
+                                  or not 60 <= lease_ttl <= 86400):
+        raise Invalid("lease_ttl must be from 60 to 86400 seconds", argument="lease_ttl")
+    credential = new_credential()
+    async with core.pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(Q.endpoints.upsert_agent, {"human_id": human.human_id, "name": agent_name})
+        agent_row = await cur.fetchone()
+        cur = await conn.execute(Q.endpoints.insert_endpoint, {
+            "agent_id": agent_row["id"], "slug": new_slug(), "credential_hash": sha256(credential),
+            "prefix": display_prefix(credential), "verbs": verb_list, "queues": queue_list,
+            "lease_ttl": lease_ttl, "expires_at": expires_at})
+        row = await cur.fetchone()
+    row["agent_name"] = agent_row["name"]
+    return public(row), credential
+
+
+async def resolve_credential(core: Core, credential: str | None) -> dict | None:
+    """The active, unexpired endpoint row for a bearer credential, or None."""
+    if not credential or not credential.startswith("sbk_") or len(credential) > 128:
+        return None
+    digest = sha256(credential)
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.endpoints.by_credential, {"hash": digest})
+        row = await cur.fetchone()
+        if row is None or not same(bytes(row["credential_hash"]), digest):
+            return None
+        await conn.execute(Q.endpoints.touch, {"id": row["id"]})
+    return row
+
+
+async def list_for_human(core: Core, human: HumanCaller) -> list[dict]:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.endpoints.for_human, {"human_id": human.human_id})
+        return [public(r) for r in await cur.fetchall()]
+
+
+async def get_for_human(core: Core, human: HumanCaller, slug: Any) -> dict:
+    """The raw endpoint row when the human owns it; another human's slug is not_found."""
+    if not isinstance(slug, str) or len(slug) > 64:
+        raise NotFound("endpoint not found", argument="slug")
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.endpoints.by_slug_for_human, {"slug": slug, "human_id": human.human_id})
+        row = await cur.fetchone()
+    if row is None:
+        raise NotFound("endpoint not found", argument="slug")
+    return row
+
+
+async def _revoke_id(core: Core, endpoint_id: UUID) -> tuple[bool, int]:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.endpoints.revoke, {"endpoint_id": endpoint_id})
+        rows = await cur.fetchall()
+    revoked = bool(rows and rows[0]["revoked"])
+    evs = [events.build("revoke", r, r["closed_attempt"]) for r in rows if r.get("id") is not None]
+    # A revoked todo with no open attempt still dead-letters: say so with its last attempt unknown.
+    for ev in evs:
+        if ev.final_attempt is None:
+            ev.extra["dead_lettered"] = True
+    await core.bus.publish(*evs)
+    if revoked:
+        await core.bus.publish(events.Event(verb="endpoint_revoked", todo={"id": ""},
+                                            endpoint_id=str(endpoint_id), queue=""))
+    return revoked, len(evs)
+
+
+async def revoke(core: Core, human: HumanCaller, slug: Any) -> dict:
+    """Revoke an endpoint: its credential stops working and every live todo becomes a dead letter."""
+    row = await get_for_human(core, human, slug)
+    _, affected = await _revoke_id(core, row["id"])
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.endpoints.by_id, {"id": row["id"]})
+        fresh = await cur.fetchone()
+    out = public(fresh)
+    out["dead_lettered"] = affected
+    return out
+
+
+async def expire_due(core: Core) -> int:
+    """Sweep: endpoints past expires_at are revoked, with the cascade."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.sweeps.expired_endpoints, {})
+        ids = [r["id"] for r in await cur.fetchall()]
+    n = 0
+    for endpoint_id in ids:
+        revoked, _ = await _revoke_id(core, endpoint_id)
+        n += int(revoked)
+    return n

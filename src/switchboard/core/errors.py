@@ -1,0 +1,49 @@
+"""The core's errors. Surfaces map `code` to their own wire form (MCP tool error, HTTP status, exit 1).
+
+Messages never carry a token, summary or artifact. `op` and `todo_id` wrap the error for logs (REQ-19).
+"""
+
+from __future__ import annotations
+
+
+class CoreError(Exception):
+    code = "internal"
+    default_message = "internal error"
+
+    def __init__(self, message: str | None = None, *, argument: str | None = None,
+                 op: str | None = None, todo_id: str | None = None) -> None:
+        self.message = message or self.default_message
+        self.argument = argument
+        self.op = op
+        self.todo_id = todo_id
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        where = " ".join(p for p in (self.op, self.todo_id) if p)
+        return f"{where}: {self.code}: {self.message}" if where else f"{self.code}: {self.message}"
+
+    def to_dict(self) -> dict:
+        body: dict = {"code": self.code, "message": self.message}
+        if self.argument is not None:
+            body["argument"] = self.argument
+        return body
+
+
+class NotFound(CoreError):
+    code = "not_found"
+    default_message = "todo not found"
+
+
+class Conflict(CoreError):
+    code = "conflict"
+    default_message = "todo not in the expected state or lease not held"
+
+
+class Forbidden(CoreError):
+    code = "forbidden"
+    default_message = "not in this endpoint's scope"
+
+
+class Invalid(CoreError):
+    code = "invalid"
+    default_message = "invalid argument"

@@ -1,0 +1,96 @@
+"""The hook bus: every committed transition is published once, after commit.
+
+Transitions return what they did; the core hands an `Event` to `HookBus.publish` only once the
+statement or transaction has committed, so a rolled-back change publishes nothing. Subscribers
+(metrics, doorbell, notify hooks, the Board's live view, logs) are isolated: one that raises never
+affects the transition or the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from . import shapes
+
+log = logging.getLogger("switchboard.events")
+
+# verb: what happened. ready: why the todo became claimable ("created", "released", "requeued",
+# "retried") or None.
+VERB_OUTCOMES = {
+    "complete": "completed", "fail": "failed", "release": "released", "reap": "reaped",
+    "cancel": "canceled", "revoke": "revoked",
+}
+
+
+@dataclass
+class Event:
+    verb: str
+    todo: dict
+    endpoint_id: str
+    queue: str
+    closed_attempt: dict | None = None
+    final_attempt: dict | None = None
+    ready: str | None = None
+    source: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def todo_id(self) -> str:
+        return self.todo["id"]
+
+    @property
+    def dead_lettered(self) -> bool:
+        return self.final_attempt is not None or (
+            self.closed_attempt is not None and self.closed_attempt.get("disposition") == "dead_lettered")
+
+    def as_dict(self) -> dict:
+        out = {"verb": self.verb, "todo": self.todo, "endpoint_id": self.endpoint_id, "queue": self.queue}
+        if self.final_attempt is not None:
+            out["final_attempt"] = self.final_attempt
+        if self.ready:
+            out["ready"] = self.ready
+        return out
+
+
+def build(verb: str, row: dict, closed_raw: dict | None = None, *, ready: str | None = None,
+          source: str | None = None, **extra: Any) -> Event:
+    """Make the event of one committed transition from the returned todo row and closed attempt."""
+    closed = shapes.attempt(closed_raw) if closed_raw else None
+    final = None
+    if closed is not None and closed["disposition"] == "dead_lettered":
+        final = {  # SPEC-0034 REQ-15
+            "seq": closed["seq"], "outcome": closed["outcome"], "died": closed["died"],
+            "summary": closed["summary"], "artifact": closed["artifact"],
+            "attempts_total": row["attempts_total"],
+        }
+    return Event(verb=verb, todo=shapes.compact(row), endpoint_id=str(row["endpoint_id"]),
+                 queue=row["queue"], closed_attempt=closed, final_attempt=final, ready=ready,
+                 source=source, extra=extra)
+
+
+Subscriber = Callable[[Event], Awaitable[None] | None]
+
+
+class HookBus:
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        self._subscribers.append(fn)
+        return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
+
+    async def publish(self, *events: Event) -> None:
+        for event in events:
+            for fn in list(self._subscribers):
+                try:
+                    res = fn(event)
+                    if inspect.isawaitable(res):
+                        await res
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a subscriber never breaks a committed transition
+                    log.exception("event subscriber failed", extra={"verb": event.verb})

@@ -1,0 +1,163 @@
+"""Validation and normalisation of what callers hand the core (SPEC-0034 REQ-5 and the limits).
+
+Each check either returns a clean value or raises `Invalid` naming the argument; none touches the
+database, so a bad argument never applies a transition.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import Invalid
+
+SUMMARY_MAX_BYTES = 2048
+ARTIFACT_MAX_BYTES = 512
+CLAIMANT_MAX_BYTES = 128
+TITLE_MAX_CHARS = 512
+PAYLOAD_MAX_BYTES = 256 * 1024
+RESULT_MAX_BYTES = 64 * 1024
+QUESTION_MAX_BYTES = 2048
+LEASE_MAX_SECONDS = 86400
+KEY_MAX_CHARS = 200
+ASSIGNEE_MAX_CHARS = 200
+
+_CAIRN = re.compile(r"^mcp://cairn/[A-Za-z0-9_-]{1,64}$")
+_QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+_CONTROL = {"Cc", "Cf", "Cs", "Co", "Cn"}
+
+
+def _utf8(text: str) -> str:
+    """Drop what PostgreSQL text cannot hold: NUL and lone surrogates."""
+    return text.replace("\x00", "").encode("utf-8", "ignore").decode("utf-8")
+
+
+def cut_utf8(text: str, max_bytes: int) -> tuple[str, bool]:
+    """Cut `text` to at most `max_bytes` of UTF-8 on a character boundary."""
+    raw = text.encode("utf-8")
+    if len(raw) <= max_bytes:
+        return text, False
+    return raw[:max_bytes].decode("utf-8", "ignore"), True
+
+
+def summary(value: Any, argument: str = "summary") -> tuple[str | None, bool]:
+    if value is None:
+        return None, False
+    if not isinstance(value, str):
+        raise Invalid(f"{argument} must be a string", argument=argument)
+    clean = _utf8(value)
+    if clean == "":
+        return None, False
+    return cut_utf8(clean, SUMMARY_MAX_BYTES)
+
+
+def summary_from_result(result: Any) -> tuple[str | None, bool]:
+    if result is None:
+        return None, False
+    return cut_utf8(json.dumps(result, separators=(",", ":"), ensure_ascii=False), SUMMARY_MAX_BYTES)
+
+
+def artifact(value: Any) -> str | None:
+    """`mcp://cairn/<id>` or an absolute https URL with a host, at most 512 bytes. Never fetched."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise Invalid("artifact must be a string", argument="artifact")
+    if value == "":
+        return None
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise Invalid("artifact must be valid UTF-8", argument="artifact") from None
+    if size > ARTIFACT_MAX_BYTES:
+        raise Invalid(f"artifact must be at most {ARTIFACT_MAX_BYTES} bytes", argument="artifact")
+    if _CAIRN.match(value):
+        return value
+    if any(unicodedata.category(ch) in _CONTROL or ch.isspace() for ch in value):
+        raise Invalid("artifact must be an https URL or an mcp://cairn/ reference", argument="artifact")
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme != "https" or not parts.hostname:
+        raise Invalid("artifact must be an https URL or an mcp://cairn/ reference", argument="artifact")
+    return value
+
+
+def claimant(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise Invalid("claimant must be a string", argument="claimant")
+    clean = "".join(ch for ch in _utf8(value) if unicodedata.category(ch) not in ("Cc", "Cf", "Cs"))
+    clean, _ = cut_utf8(clean, CLAIMANT_MAX_BYTES)
+    return clean or None
+
+
+def lease_ttl(value: Any, default: int, *, argument: str = "lease_ttl_seconds") -> int:
+    """Per-call value, else the default; values above a day are clamped, non-positive mean default."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Invalid(f"{argument} must be an integer", argument=argument)
+    if value <= 0:
+        return default
+    return min(value, LEASE_MAX_SECONDS)
+
+
+def json_value(value: Any, argument: str, max_bytes: int) -> str | None:
+    """Serialise a JSON argument for jsonb; reject what PostgreSQL would refuse or what is too big."""
+    if value is None:
+        return None
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        raw = text.encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError):
+        raise Invalid(f"{argument} must be JSON made of valid UTF-8 text", argument=argument) from None
+    if "\\u0000" in text:
+        raise Invalid(f"{argument} must not contain NUL characters", argument=argument)
+    if len(raw) > max_bytes:
+        raise Invalid(f"{argument} must be at most {max_bytes} bytes of JSON", argument=argument)
+    return text
+
+
+def text(value: Any, argument: str, *, max_chars: int, required: bool = False) -> str | None:
+    if value is None or value == "":
+        if required:
+            raise Invalid(f"{argument} is required", argument=argument)
+        return None
+    if not isinstance(value, str):
+        raise Invalid(f"{argument} must be a string", argument=argument)
+    if "\x00" in value or any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
+        raise Invalid(f"{argument} must be valid UTF-8 text", argument=argument)
+    if len(value) > max_chars:
+        raise Invalid(f"{argument} must be at most {max_chars} characters", argument=argument)
+    if required and not value.strip():
+        raise Invalid(f"{argument} is required", argument=argument)
+    return value
+
+
+def queue(value: Any, argument: str = "queue") -> str:
+    if not isinstance(value, str) or not _QUEUE.match(value):
+        raise Invalid(f"{argument} must be 1-64 letters, digits or _.:- starting with a letter or digit",
+                      argument=argument)
+    return value
+
+
+def max_attempts(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+        raise Invalid("max_attempts must be an integer from 1 to 100", argument="max_attempts")
+    return value
+
+
+def lease_token(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 256:
+        raise Invalid("lease_token must be a string", argument="lease_token")
+    return value

@@ -1,0 +1,50 @@
+"""The invariant checker shared by the tests and the soak (SYSTEM.md section 17).
+
+Returns a list of violations (empty when the database is consistent):
+- at most one open attempt per todo;
+- seqs contiguous above the pruned prefix, and attempts_total = max(seq);
+- an open attempt exactly when the todo holds a lease (claimed or input-required);
+- every closed attempt's disposition agrees with the todo's state when it is the newest one;
+- died attempts carry no summary or artifact.
+"""
+
+from __future__ import annotations
+
+CHECKS = {
+    "more than one open attempt": """
+        SELECT todo_id FROM todo_attempts WHERE ended_at IS NULL GROUP BY todo_id HAVING count(*) > 1""",
+    "seqs not contiguous above the pruned prefix or attempts_total != max(seq)": """
+        SELECT t.id FROM todos t LEFT JOIN todo_attempts a ON a.todo_id = t.id
+         GROUP BY t.id, t.attempts_total, t.attempts_pruned
+        HAVING count(a.seq) <> t.attempts_total - t.attempts_pruned
+            OR coalesce(max(a.seq), t.attempts_pruned) <> t.attempts_total
+            OR coalesce(min(a.seq), t.attempts_pruned + 1) <> t.attempts_pruned + 1""",
+    "lease held without an open attempt, or an open attempt without a lease": """
+        SELECT t.id FROM todos t
+         WHERE (t.state IN ('claimed', 'input-required'))
+               <> EXISTS (SELECT 1 FROM todo_attempts a WHERE a.todo_id = t.id AND a.ended_at IS NULL)""",
+    "newest closed attempt disagrees with the todo's state": """
+        SELECT t.id FROM todos t
+          JOIN LATERAL (SELECT * FROM todo_attempts a WHERE a.todo_id = t.id
+                         ORDER BY a.seq DESC LIMIT 1) a ON a.ended_at IS NOT NULL
+         WHERE t.updated_at <= a.ended_at AND NOT (
+               (a.disposition = 'done' AND t.state = 'done')
+            OR (a.disposition = 'retry_scheduled' AND t.state = 'failed' AND t.next_retry_at IS NOT NULL)
+            OR (a.disposition = 'dead_lettered' AND t.state = 'failed' AND t.next_retry_at IS NULL)
+            OR (a.disposition = 'requeued' AND t.state = 'pending')
+            OR (a.disposition = 'canceled' AND t.state = 'canceled'))""",
+    "died attempt with a summary or artifact": """
+        SELECT todo_id FROM todo_attempts
+         WHERE outcome IN ('lease_expired', 'reaped') AND (summary IS NOT NULL OR artifact IS NOT NULL)""",
+}
+
+
+async def check(conn) -> list[str]:  # noqa: ANN001
+    problems: list[str] = []
+    for name, sql in CHECKS.items():
+        cur = await conn.execute(sql)
+        rows = await cur.fetchall()
+        for row in rows[:5]:
+            value = next(iter(row.values())) if isinstance(row, dict) else row[0]
+            problems.append(f"{name}: {value}")
+    return problems

@@ -1,0 +1,86 @@
+"""Who is calling the core, and the context every core function receives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from ..config import Settings
+    from .events import HookBus
+
+# The drain family of verbs an endpoint may be granted (SPEC-0034 REQ-8, REQ-9).
+VERBS = ("list_todos", "get_todo", "claim", "claim_next", "heartbeat", "complete", "fail", "release",
+         "request_input")
+DEFAULT_VERBS = ("list_todos", "claim", "claim_next", "heartbeat", "complete", "fail", "release",
+                 "request_input")
+STATES = ("pending", "claimed", "done", "failed", "canceled", "input-required")
+
+
+def effective_verbs(granted: tuple[str, ...] | list[str]) -> frozenset[str]:
+    """What a scope allows: `get_todo` is implied by `list_todos`; nothing implies `release`."""
+    verbs = set(granted)
+    if "list_todos" in verbs:
+        verbs.add("get_todo")
+    return frozenset(verbs)
+
+
+@dataclass(frozen=True)
+class EndpointCaller:
+    """An agent calling with its endpoint credential; scoped to that endpoint and its queues."""
+
+    endpoint_id: UUID
+    agent_id: UUID
+    queues: tuple[str, ...]
+    verbs: frozenset[str]
+    session_id: str | None = None
+    default_lease_ttl: int | None = None
+    slug: str = ""
+
+    @property
+    def owner(self) -> str:
+        return f"agent:{self.agent_id}"
+
+    def with_session(self, session_id: str | None) -> "EndpointCaller":
+        return EndpointCaller(self.endpoint_id, self.agent_id, self.queues, self.verbs, session_id,
+                              self.default_lease_ttl, self.slug)
+
+
+@dataclass(frozen=True)
+class HumanCaller:
+    """The owning human (Board, CLI, human API): every endpoint of their agents, exempt from fences."""
+
+    human_id: UUID
+    name: str = ""
+
+    @property
+    def owner(self) -> str:
+        return f"op:{self.human_id}"
+
+
+Caller = EndpointCaller | HumanCaller
+
+
+@dataclass
+class Core:
+    """What every core function works with: the pool, the settings and the hook bus."""
+
+    pool: "AsyncConnectionPool"
+    settings: "Settings"
+    bus: "HookBus" = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.bus is None:
+            from .events import HookBus
+
+            self.bus = HookBus()
+
+
+def scope_params(caller: Caller) -> dict:
+    if isinstance(caller, HumanCaller):
+        return {"human_id": caller.human_id, "endpoint_id": None, "queues": [], "owner": caller.owner}
+    return {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": list(caller.queues),
+            "owner": caller.owner}

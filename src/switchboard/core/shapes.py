@@ -1,0 +1,111 @@
+"""The wire shapes of a todo and an attempt, shared by every surface (reference: core §8.2, §8.3).
+
+Attempt entries never carry `lease_token_hash`, `claimer_session` or `claimer_endpoint_id`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+DIED_OUTCOMES = ("lease_expired", "reaped")
+ATTEMPT_FIELDS = ("seq", "attempt", "claimer_kind", "claimant", "claimed_at", "last_heartbeat_at",
+                  "ended_at", "outcome", "disposition", "died", "summary", "summary_truncated", "artifact")
+
+
+def ts(value: Any) -> str | None:
+    """RFC 3339 in UTC with microseconds, `Z` suffix. Values read inside jsonb arrive as strings."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        value = datetime.fromisoformat(str(value))
+    return value.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def is_dead_letter(row: dict) -> bool:
+    return row["state"] == "failed" and row.get("next_retry_at") is None
+
+
+def payload_size(row: dict) -> int:
+    if row.get("payload") is None:
+        return 0
+    return len(json.dumps(row["payload"], separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def compact(row: dict) -> dict:
+    out: dict[str, Any] = {"id": row["id"], "queue": row["queue"]}
+    if row.get("source"):
+        out["source"] = row["source"]
+    if row.get("kind"):
+        out["kind"] = row["kind"]
+    out["title"] = row["title"]
+    out["state"] = row["state"]
+    if row.get("owner"):
+        out["owner"] = row["owner"]
+    if row.get("assignee"):
+        out["assignee"] = row["assignee"]
+    out["attempt"] = row["attempt"]
+    out["max_attempts"] = row["max_attempts"]
+    if row.get("lease_expires_at") is not None:
+        out["lease_expires_at"] = ts(row["lease_expires_at"])
+    out["next_retry_at"] = ts(row.get("next_retry_at"))
+    out["dead_letter"] = is_dead_letter(row)
+    out["created_at"] = ts(row["created_at"])
+    out["payload_size"] = payload_size(row)
+    return out
+
+
+def full(row: dict) -> dict:
+    out = compact(row)
+    if row.get("payload") is not None:
+        out["payload"] = row["payload"]
+    if row.get("input_request") is not None:
+        out["input_request"] = row["input_request"]
+    if row.get("input") is not None:
+        out["input"] = row["input"]
+    return out
+
+
+def attempt(a: dict) -> dict:
+    """The REQ-7 attempt entry: absent values are null, never omitted."""
+    return {
+        "seq": a["seq"],
+        "attempt": a["attempt"],
+        "claimer_kind": a["claimer_kind"],
+        "claimant": a.get("claimant"),
+        "claimed_at": ts(a.get("claimed_at")),
+        "last_heartbeat_at": ts(a.get("last_heartbeat_at")),
+        "ended_at": ts(a.get("ended_at")),
+        "outcome": a.get("outcome"),
+        "disposition": a.get("disposition"),
+        "died": a.get("outcome") in DIED_OUTCOMES,
+        "summary": a.get("summary"),
+        "summary_truncated": bool(a.get("summary_truncated")),
+        "artifact": a.get("artifact"),
+    }
+
+
+def owner_attempt(a: dict) -> dict:
+    """The owning human's view adds the lease expiry of the attempt; still no secrets or sessions."""
+    out = attempt(a)
+    out["lease_expires_at"] = ts(a.get("lease_expires_at"))
+    return out
+
+
+def todo_detail(row: dict, attempts: list[dict], *, owner_view: bool = False) -> dict:
+    """The get_todo shape (REQ-8): full todo, result, dead_letter, attempts newest first, counters."""
+    out = full(row)
+    out["result"] = row.get("result")
+    out["next_retry_at"] = ts(row.get("next_retry_at"))
+    out["dead_letter"] = is_dead_letter(row)
+    shape = owner_attempt if owner_view else attempt
+    out["attempts"] = [shape(a) for a in attempts]
+    out["attempts_total"] = row["attempts_total"]
+    out["attempts_pruned"] = row["attempts_pruned"]
+    if owner_view:
+        out["endpoint"] = row.get("endpoint_slug")
+        out["updated_at"] = ts(row.get("updated_at"))
+        out["claimed_at"] = ts(row.get("claimed_at"))
+        out["completed_at"] = ts(row.get("completed_at"))
+    return out

@@ -1,0 +1,71 @@
+-- Agents and their vended endpoints.
+
+-- name: upsert_agent
+INSERT INTO agents (human_id, name) VALUES (%(human_id)s, %(name)s)
+ON CONFLICT (human_id, name) DO UPDATE SET name = EXCLUDED.name
+RETURNING *
+
+-- name: insert_endpoint
+INSERT INTO endpoints (agent_id, slug, credential_hash, credential_prefix, scope_verbs, scope_queues,
+                       default_lease_ttl_seconds, expires_at)
+VALUES (%(agent_id)s, %(slug)s, %(credential_hash)s, %(prefix)s, %(verbs)s, %(queues)s,
+        %(lease_ttl)s, %(expires_at)s)
+RETURNING *
+
+-- name: by_credential
+-- Active, unexpired endpoint for a credential hash (the MCP bearer check).
+SELECT e.*, g.name AS agent_name, g.human_id
+  FROM endpoints e JOIN agents g ON g.id = e.agent_id
+ WHERE e.credential_hash = %(hash)s AND e.state = 'active'
+   AND (e.expires_at IS NULL OR e.expires_at > now())
+
+-- name: touch
+UPDATE endpoints SET last_used_at = now()
+ WHERE id = %(id)s AND (last_used_at IS NULL OR last_used_at < now() - interval '30 seconds')
+
+-- name: for_human
+SELECT e.*, g.name AS agent_name, g.human_id
+  FROM endpoints e JOIN agents g ON g.id = e.agent_id
+ WHERE g.human_id = %(human_id)s
+ ORDER BY e.created_at DESC
+
+-- name: by_slug_for_human
+SELECT e.*, g.name AS agent_name, g.human_id
+  FROM endpoints e JOIN agents g ON g.id = e.agent_id
+ WHERE e.slug = %(slug)s AND g.human_id = %(human_id)s
+
+-- name: by_id
+SELECT e.*, g.name AS agent_name, g.human_id
+  FROM endpoints e JOIN agents g ON g.id = e.agent_id
+ WHERE e.id = %(id)s
+
+-- name: revoke
+-- The revocation cascade (SYSTEM.md section 6, last row): the endpoint stops, every live todo of it
+-- becomes a dead letter, and each open attempt closes `revoked` / `dead_lettered`. One statement.
+WITH ep AS (
+    UPDATE endpoints SET state = 'revoked', revoked_at = now()
+     WHERE id = %(endpoint_id)s AND state = 'active'
+    RETURNING id
+), t AS (
+    SELECT todos.id, todos.attempts_total FROM todos JOIN ep ON todos.endpoint_id = ep.id
+     WHERE todos.state IN ('pending', 'claimed', 'input-required')
+        OR (todos.state = 'failed' AND todos.next_retry_at IS NOT NULL)
+       FOR UPDATE OF todos
+), a AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'revoked', disposition = 'dead_lettered'
+      FROM t
+     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL
+    RETURNING a.*
+), u AS (
+    UPDATE todos x
+       SET state = 'failed', next_retry_at = NULL, lease_expires_at = NULL, owner = NULL,
+           result = '{"error": "endpoint_revoked", "detail": "the endpoint was revoked; no session can claim it"}'::jsonb,
+           completed_at = now(), updated_at = now()
+      FROM t
+     WHERE x.id = t.id
+    RETURNING x.*
+)
+SELECT (SELECT count(*) FROM ep) AS revoked,
+       u.*, (SELECT to_jsonb(a) FROM a WHERE a.todo_id = u.id) AS closed_attempt
+  FROM (SELECT 1) one LEFT JOIN u ON true

@@ -1,0 +1,66 @@
+-- Fragments spliced into the statements of the other files with {{name}}. Static text only.
+
+-- name: scope
+-- The caller's read scope on a row of `todos`: an endpoint sees its own todos in its granted
+-- queues; a human sees the todos of every endpoint of their agents. Same statement as the read.
+(CASE WHEN %(human_id)s::uuid IS NULL
+      THEN todos.endpoint_id = %(endpoint_id)s::uuid AND todos.queue = ANY(%(queues)s::text[])
+      ELSE EXISTS (SELECT 1 FROM endpoints e JOIN agents g ON g.id = e.agent_id
+                    WHERE e.id = todos.endpoint_id AND g.human_id = %(human_id)s::uuid)
+ END)
+
+-- name: holder
+-- The lease holder: an agent holds what it claimed; the owning human may act on any lease.
+(%(human_id)s::uuid IS NOT NULL OR todos.owner = %(owner)s)
+
+-- name: fence
+-- SPEC-0034 REQ-6 on the open attempt `a`: humans are exempt; otherwise the presented token's hash
+-- must equal the stored one (both null when neither side fenced).
+(%(human_id)s::uuid IS NOT NULL OR a.lease_token_hash IS NOT DISTINCT FROM %(token_hash)s::bytea)
+
+-- name: claim_tail
+-- Shared by claim and claim_next: `t(id, prior_state, prior_total)` is the locked todo.
+, cap AS (
+    SELECT greatest(5, coalesce((SELECT value::int FROM settings
+                                   WHERE key = 'attempt_history_max_per_todo'), 50)) AS n
+), closed AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'lease_expired', disposition = 'requeued'
+      FROM t
+     WHERE t.prior_state = 'claimed' AND a.todo_id = t.id AND a.seq = t.prior_total
+       AND a.ended_at IS NULL
+    RETURNING a.*
+), claimed AS (
+    UPDATE todos x
+       SET state = 'claimed', owner = %(owner)s,
+           lease_expires_at = now() + make_interval(secs => %(ttl)s),
+           attempt = x.attempt + 1,
+           attempts_total = x.attempts_total + 1,
+           attempts_pruned = greatest(x.attempts_pruned, x.attempts_total + 1 - (SELECT n FROM cap)),
+           claimed_at = now(), next_retry_at = NULL, updated_at = now()
+      FROM t
+     WHERE x.id = t.id
+    RETURNING x.*, t.prior_state
+), opened AS (
+    INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, claimer_endpoint_id, claimer_session,
+                               owner, claimant, claimed_at, lease_expires_at, lease_token_hash)
+    SELECT c.id, c.attempts_total, c.attempt, %(claimer_kind)s, %(claimer_endpoint_id)s::uuid,
+           %(session)s, c.owner, %(claimant)s, now(), c.lease_expires_at, %(new_token_hash)s::bytea
+      FROM claimed c
+    RETURNING seq
+), pruned AS (
+    DELETE FROM todo_attempts a USING claimed c
+     WHERE a.todo_id = c.id AND a.seq <= c.attempts_pruned AND a.ended_at IS NOT NULL
+    RETURNING a.seq
+)
+SELECT c.*,
+       (SELECT seq FROM opened) AS attempt_seq,
+       (SELECT to_jsonb(cl) FROM closed cl) AS closed_attempt,
+       (SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.seq DESC), '[]'::jsonb)
+          FROM (SELECT z.* FROM (SELECT a.* FROM todo_attempts a
+                                  WHERE a.todo_id = c.id AND a.ended_at IS NOT NULL
+                                    AND a.seq > c.attempts_pruned
+                                 UNION ALL
+                                 SELECT * FROM closed) z
+                 ORDER BY z.seq DESC LIMIT 5) p) AS prior_attempts
+  FROM claimed c

@@ -1,0 +1,272 @@
+-- The todo transitions of SYSTEM.md section 6. Each is one statement: the todos update and the
+-- attempt write it records sit in the same data-modifying CTE (SPEC-0034 REQ-2, REQ-3, REQ-18).
+
+-- name: create
+INSERT INTO todos (id, endpoint_id, queue, source, kind, title, payload, idempotency_key, assignee,
+                   max_attempts)
+VALUES (%(id)s, %(endpoint_id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(key)s,
+        %(assignee)s, %(max_attempts)s)
+ON CONFLICT (endpoint_id, idempotency_key)
+   WHERE idempotency_key IS NOT NULL AND state NOT IN ('done', 'canceled')
+     AND (state <> 'failed' OR next_retry_at IS NOT NULL)
+DO NOTHING
+RETURNING *
+
+-- name: find_live_duplicate
+SELECT * FROM todos
+ WHERE endpoint_id = %(endpoint_id)s AND idempotency_key = %(key)s
+   AND state NOT IN ('done', 'canceled') AND (state <> 'failed' OR next_retry_at IS NOT NULL)
+
+-- name: claim
+WITH t AS (
+    SELECT todos.id, todos.state AS prior_state, todos.attempts_total AS prior_total
+      FROM todos
+     WHERE todos.id = %(id)s AND {{scope}}
+       AND (todos.assignee IS NULL OR todos.assignee = %(owner)s OR %(human_id)s::uuid IS NOT NULL)
+       AND (todos.state = 'pending'
+            OR (todos.state = 'claimed' AND todos.lease_expires_at < now()
+                AND todos.attempt < todos.max_attempts)
+            OR (todos.state = 'failed' AND todos.next_retry_at <= now()
+                AND todos.attempt < todos.max_attempts))
+       FOR UPDATE
+)
+{{claim_tail}}
+
+-- name: claim_next
+-- The oldest claimable todo over the granted queues, one queue at a time so that every arm is an
+-- ordered index scan at any backlog: pending by age, lapsed leases below the cap, due retries.
+WITH cand AS (
+    SELECT x.id, x.state, x.attempts_total
+      FROM unnest(%(queues)s::text[]) AS q(name),
+           LATERAL (
+               SELECT p.* FROM (
+                   SELECT id, state, attempts_total, created_at FROM todos
+                    WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
+                      AND (assignee IS NULL OR assignee = %(owner)s)
+                    ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) p
+               UNION ALL
+               SELECT l.* FROM (
+                   SELECT id, state, attempts_total, created_at FROM todos
+                    WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'claimed'
+                      AND lease_expires_at < now() AND attempt < max_attempts
+                      AND (assignee IS NULL OR assignee = %(owner)s)
+                    ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED) l
+               UNION ALL
+               SELECT r.* FROM (
+                   SELECT id, state, attempts_total, created_at FROM todos
+                    WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'failed'
+                      AND next_retry_at <= now() AND attempt < max_attempts
+                      AND (assignee IS NULL OR assignee = %(owner)s)
+                    ORDER BY next_retry_at LIMIT 1 FOR UPDATE SKIP LOCKED) r
+           ) x
+     ORDER BY x.created_at
+     LIMIT 1
+), t AS (
+    SELECT id, state AS prior_state, attempts_total AS prior_total FROM cand
+)
+{{claim_tail}}
+
+-- name: heartbeat
+WITH t AS (
+    SELECT todos.id, todos.attempts_total FROM todos
+     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
+       FOR UPDATE
+), a AS (
+    UPDATE todo_attempts a
+       SET last_heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(ttl)s)
+      FROM t
+     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence}}
+    RETURNING a.todo_id
+)
+UPDATE todos x
+   SET lease_expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
+  FROM a
+ WHERE x.id = a.todo_id
+RETURNING x.*
+
+-- name: complete
+WITH t AS (
+    SELECT todos.id, todos.attempts_total FROM todos
+     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
+       FOR UPDATE
+), a AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'completed', disposition = 'done',
+           summary = %(summary)s, summary_truncated = %(summary_truncated)s, artifact = %(artifact)s
+      FROM t
+     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence}}
+    RETURNING a.*
+), u AS (
+    UPDATE todos x
+       SET state = 'done', result = %(result)s, completed_at = now(), updated_at = now()
+      FROM a
+     WHERE x.id = a.todo_id
+    RETURNING x.*
+)
+SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
+
+-- name: fail
+WITH t AS (
+    SELECT todos.id, todos.attempts_total, todos.attempt, todos.max_attempts FROM todos
+     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
+       FOR UPDATE
+), a AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'failed',
+           disposition = CASE WHEN %(retry)s AND t.attempt < t.max_attempts
+                              THEN 'retry_scheduled' ELSE 'dead_lettered' END,
+           summary = %(summary)s, summary_truncated = %(summary_truncated)s, artifact = %(artifact)s
+      FROM t
+     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence}}
+    RETURNING a.*
+), u AS (
+    UPDATE todos x
+       SET state = 'failed', result = %(result)s, lease_expires_at = NULL, updated_at = now(),
+           next_retry_at = CASE WHEN a.disposition = 'retry_scheduled'
+               THEN now() + make_interval(secs => least(%(backoff_base)s * power(2, greatest(x.attempt, 1) - 1),
+                                                        %(backoff_max)s))
+               END
+      FROM a
+     WHERE x.id = a.todo_id
+    RETURNING x.*
+)
+SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
+
+-- name: release
+WITH t AS (
+    SELECT todos.id, todos.attempts_total FROM todos
+     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
+       FOR UPDATE
+), a AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'released', disposition = 'requeued',
+           summary = %(summary)s, summary_truncated = %(summary_truncated)s, artifact = %(artifact)s
+      FROM t
+     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence}}
+    RETURNING a.*
+), u AS (
+    UPDATE todos x
+       SET state = 'pending', owner = NULL, lease_expires_at = NULL, updated_at = now()
+      FROM a
+     WHERE x.id = a.todo_id
+    RETURNING x.*
+)
+SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
+
+-- name: request_input
+-- The holder parks the todo for a human's answer; the attempt stays open and the lease clock stops.
+WITH t AS (
+    SELECT todos.id, todos.attempts_total FROM todos
+     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
+       FOR UPDATE
+), a AS (
+    SELECT a.todo_id FROM todo_attempts a JOIN t ON a.todo_id = t.id
+     WHERE a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence}}
+)
+UPDATE todos x
+   SET state = 'input-required', input_request = %(question)s, lease_expires_at = NULL,
+       updated_at = now()
+  FROM a
+ WHERE x.id = a.todo_id
+RETURNING x.*
+
+-- name: provide_input
+-- The owning human answers; the lease restarts with the same open attempt.
+WITH t AS (
+    SELECT todos.id, todos.attempts_total FROM todos
+     WHERE todos.id = %(id)s AND todos.state = 'input-required' AND {{scope}}
+       FOR UPDATE
+), a AS (
+    UPDATE todo_attempts a SET lease_expires_at = now() + make_interval(secs => %(ttl)s)
+      FROM t
+     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL
+    RETURNING a.todo_id
+)
+UPDATE todos x
+   SET state = 'claimed', input = %(input)s, lease_expires_at = now() + make_interval(secs => %(ttl)s),
+       updated_at = now()
+  FROM t
+ WHERE x.id = t.id
+RETURNING x.*
+
+-- name: cancel
+WITH t AS (
+    SELECT todos.id, todos.attempts_total FROM todos
+     WHERE todos.id = %(id)s AND todos.state IN ('pending', 'claimed', 'input-required') AND {{scope}}
+       FOR UPDATE
+), a AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'canceled', disposition = 'canceled'
+      FROM t
+     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL
+    RETURNING a.*
+), u AS (
+    UPDATE todos x
+       SET state = 'canceled', lease_expires_at = NULL, next_retry_at = NULL,
+           completed_at = now(), updated_at = now()
+      FROM t
+     WHERE x.id = t.id
+    RETURNING x.*
+)
+SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
+
+-- name: retry
+-- Manual retry (REQ-12): a dead letter or a parked retry goes back to pending with a fresh budget.
+-- No attempt opens or closes; history and attempts_total stay, so the next seq continues.
+UPDATE todos
+   SET state = 'pending', owner = NULL, lease_expires_at = NULL, attempt = 0, result = NULL,
+       claimed_at = NULL, completed_at = NULL, next_retry_at = NULL, updated_at = now(),
+       last_ringed_at = NULL, ring_attempts = 0
+ WHERE todos.id = %(id)s AND todos.state = 'failed' AND {{scope}}
+RETURNING todos.*
+
+-- name: classify_miss
+-- After a transition matched no row: is the todo there for this caller at all? (REQ-19)
+SELECT todos.state, todos.queue, todos.owner,
+       (todos.queue = ANY(%(queues)s::text[])) AS queue_granted
+  FROM todos
+ WHERE todos.id = %(id)s
+   AND (CASE WHEN %(human_id)s::uuid IS NULL
+             THEN todos.endpoint_id = %(endpoint_id)s::uuid
+             ELSE EXISTS (SELECT 1 FROM endpoints e JOIN agents g ON g.id = e.agent_id
+                           WHERE e.id = todos.endpoint_id AND g.human_id = %(human_id)s::uuid)
+        END)
+
+-- name: get
+SELECT todos.*,
+       (SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.seq DESC), '[]'::jsonb)
+          FROM (SELECT a.* FROM todo_attempts a WHERE a.todo_id = todos.id
+                 ORDER BY a.seq DESC LIMIT %(attempts_limit)s) p) AS attempts,
+       e.slug AS endpoint_slug
+  FROM todos JOIN endpoints e ON e.id = todos.endpoint_id
+ WHERE todos.id = %(id)s AND {{scope}}
+
+-- name: list_for_endpoint
+SELECT todos.* FROM todos
+ WHERE todos.endpoint_id = %(endpoint_id)s::uuid AND todos.queue = ANY(%(queues)s::text[])
+   AND (%(state)s::text IS NULL OR todos.state = %(state)s::text)
+ ORDER BY todos.created_at DESC
+ LIMIT %(limit)s
+
+-- name: list_for_human
+SELECT todos.*, e.slug AS endpoint_slug FROM todos
+  JOIN endpoints e ON e.id = todos.endpoint_id
+  JOIN agents g ON g.id = e.agent_id
+ WHERE g.human_id = %(human_id)s::uuid
+   AND (%(slug)s::text IS NULL OR e.slug = %(slug)s::text)
+   AND (%(queue)s::text IS NULL OR todos.queue = %(queue)s::text)
+   AND (%(state)s::text IS NULL OR todos.state = %(state)s::text)
+   AND (NOT %(dead_letter)s OR (todos.state = 'failed' AND todos.next_retry_at IS NULL))
+ ORDER BY todos.created_at DESC, todos.id DESC
+ LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: counts_for_human
+SELECT todos.state, count(*) AS n,
+       count(*) FILTER (WHERE todos.state = 'failed' AND todos.next_retry_at IS NULL) AS dead
+  FROM todos
+  JOIN endpoints e ON e.id = todos.endpoint_id
+  JOIN agents g ON g.id = e.agent_id
+ WHERE g.human_id = %(human_id)s::uuid
+   AND (%(slug)s::text IS NULL OR e.slug = %(slug)s::text)
+   AND (%(queue)s::text IS NULL OR todos.queue = %(queue)s::text)
+ GROUP BY todos.state

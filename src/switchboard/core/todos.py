@@ -1,0 +1,376 @@
+"""The todo queue: every transition of SYSTEM.md section 6 and the scoped reads.
+
+Each transition is one SQL statement (a data-modifying CTE) in autocommit mode: the todos update and
+the attempt it opens or closes commit together or not at all. Events go to the hook bus after the
+statement returns, that is after commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import events, inputs, shapes
+from .errors import Conflict, CoreError, Forbidden, Invalid, NotFound
+from .models import Caller, Core, EndpointCaller, HumanCaller, scope_params
+from .queries import Q
+from .secrets import new_lease_token, sha256
+
+ATTEMPTS_LIMIT_DEFAULT = 20
+ATTEMPTS_LIMIT_MAX = 50
+PRIOR_ATTEMPTS = 5
+LIST_LIMIT_DEFAULT = 50
+LIST_LIMIT_MAX = 200
+
+
+@dataclass
+class ClaimResult:
+    todo: dict  # full shape
+    attempt_seq: int
+    attempts_total: int
+    prior_attempts: list[dict]
+    lease_token: str | None = None
+
+    def as_dict(self) -> dict:
+        out = dict(self.todo)
+        out["attempt_seq"] = self.attempt_seq
+        out["attempts_total"] = self.attempts_total
+        out["prior_attempts"] = self.prior_attempts
+        if self.lease_token is not None:
+            out["lease_token"] = self.lease_token
+        return out
+
+
+def new_todo_id() -> str:
+    return f"td_{uuid.uuid4()}"
+
+
+def _ttl(core: Core, caller: Caller, value: Any) -> int:
+    default = core.settings.lease_ttl_seconds
+    if isinstance(caller, EndpointCaller) and caller.default_lease_ttl:
+        default = caller.default_lease_ttl
+    return inputs.lease_ttl(value, default)
+
+
+def _todo_id(value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > 64:
+        raise Invalid("id must be a todo id string", argument="id")
+    return value
+
+
+async def _one(core: Core, sql: str, params: dict) -> dict | None:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(sql, params)
+        return await cur.fetchone()
+
+
+async def _miss(core: Core, caller: Caller, todo_id: str, op: str, *, queue_forbidden: bool = True) -> CoreError:
+    """Classify a transition that matched no row (REQ-19)."""
+    row = await _one(core, Q.todos.classify_miss, {"id": todo_id, **scope_params(caller)})
+    if row is None:
+        return NotFound(op=op, todo_id=todo_id)
+    if isinstance(caller, EndpointCaller) and not row["queue_granted"]:
+        if queue_forbidden:
+            return Forbidden("todo's queue not in this endpoint's scope", op=op, todo_id=todo_id)
+        return NotFound(op=op, todo_id=todo_id)
+    return Conflict(op=op, todo_id=todo_id)
+
+
+def _fence_params(caller: Caller, lease_token: Any) -> dict:
+    token = inputs.lease_token(lease_token)
+    return {"token_hash": sha256(token) if token is not None else None}
+
+
+def _report(core: Core, summary: Any, artifact: Any, result: Any) -> dict:
+    """Validate the closing report before any store call (REQ-5)."""
+    art = inputs.artifact(artifact)
+    result_json = inputs.json_value(result, "result", inputs.RESULT_MAX_BYTES)
+    text, cut = inputs.summary(summary)
+    if text is None and summary is None and core.settings.attempt_summary_from_result and result is not None:
+        text, cut = inputs.summary_from_result(result)
+    return {"summary": text, "summary_truncated": cut, "artifact": art,
+            "result": Jsonb(result) if result_json is not None else None}
+
+
+# ---------------------------------------------------------------------------------------- create
+
+async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: Any, payload: Any = None,
+                 kind: Any = None, source: str | None = None, key: Any = None, max_attempts: Any = None,
+                 assignee: Any = None) -> tuple[dict, bool]:
+    """Put a todo on a queue. A live todo with the same idempotency key is returned with created=False.
+
+    The caller (surface) has already checked that the endpoint belongs to the producer and is active.
+    """
+    title = inputs.text(title, "title", max_chars=inputs.TITLE_MAX_CHARS, required=True)
+    payload_json = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
+    params = {
+        "id": new_todo_id(), "endpoint_id": endpoint_id, "queue": inputs.queue(queue),
+        "source": source, "kind": inputs.text(kind, "kind", max_chars=64),
+        "title": title, "payload": Jsonb(payload) if payload_json is not None else None,
+        "key": inputs.text(key, "key", max_chars=inputs.KEY_MAX_CHARS),
+        "assignee": inputs.text(assignee, "assignee", max_chars=inputs.ASSIGNEE_MAX_CHARS),
+        "max_attempts": inputs.max_attempts(max_attempts, core.settings.default_max_attempts),
+    }
+    row = await _one(core, Q.todos.create, params)
+    if row is None:
+        existing = await _one(core, Q.todos.find_live_duplicate, params)
+        if existing is None:  # the duplicate finished between the two statements: try once more
+            row = await _one(core, Q.todos.create, params)
+            if row is None:
+                raise Conflict("a todo with this key is changing state; try again", op="create")
+        else:
+            return shapes.full(existing), False
+    await core.bus.publish(events.build("create", row, ready="created", source=source))
+    return shapes.full(row), True
+
+
+# ---------------------------------------------------------------------------------------- claims
+
+def _claim_params(core: Core, caller: Caller, lease_ttl_seconds: Any, require_fence: Any,
+                  claimant: Any) -> tuple[dict, str | None]:
+    if require_fence is not None and not isinstance(require_fence, bool):
+        raise Invalid("require_fence must be a boolean", argument="require_fence")
+    token = new_lease_token() if require_fence else None
+    params = {
+        **scope_params(caller),
+        "ttl": _ttl(core, caller, lease_ttl_seconds),
+        "claimant": inputs.claimant(claimant),
+        "new_token_hash": sha256(token) if token else None,
+    }
+    if isinstance(caller, HumanCaller):
+        params.update(claimer_kind="owner", claimer_endpoint_id=None, session=None)
+    else:
+        params.update(claimer_kind="endpoint", claimer_endpoint_id=caller.endpoint_id,
+                      session=caller.session_id)
+    return params, token
+
+
+async def _run_claim(core: Core, sql: str, params: dict, token: str | None) -> tuple[ClaimResult, dict] | None:
+    try:
+        row = await _one(core, sql, params)
+    except psycopg.errors.ExclusionViolation:
+        # A racing transition opened an attempt first; the constraint refused ours at commit.
+        raise Conflict(op="claim", todo_id=params.get("id")) from None
+    if row is None:
+        return None
+    prior = [shapes.attempt(a) for a in row["prior_attempts"]]
+    result = ClaimResult(todo=shapes.full(row), attempt_seq=row["attempt_seq"],
+                         attempts_total=row["attempts_total"], prior_attempts=prior, lease_token=token)
+    return result, row
+
+
+async def _publish_claim(core: Core, row: dict) -> None:
+    evs = []
+    if row.get("closed_attempt"):
+        evs.append(events.build("takeover", row, row["closed_attempt"]))
+    evs.append(events.build("claim", row))
+    await core.bus.publish(*evs)
+
+
+async def claim(core: Core, caller: Caller, todo_id: Any, *, lease_ttl_seconds: Any = None,
+                require_fence: Any = None, claimant: Any = None) -> ClaimResult:
+    """Claim one todo by id: pending, a lapsed lease below the cap (takeover), or a due retry."""
+    todo_id = _todo_id(todo_id)
+    params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
+    params["id"] = todo_id
+    got = await _run_claim(core, Q.todos.claim, params, token)
+    if got is None:
+        raise await _miss(core, caller, todo_id, "claim")
+    await _publish_claim(core, got[1])
+    return got[0]
+
+
+async def claim_next(core: Core, caller: EndpointCaller, *, queue: Any = None, lease_ttl_seconds: Any = None,
+                     require_fence: Any = None, claimant: Any = None) -> ClaimResult | None:
+    """The competing-consumer primitive: the oldest claimable todo in the granted queues, or None."""
+    if queue is not None:
+        name = inputs.queue(queue)
+        if name not in caller.queues:
+            raise Forbidden(f"queue {name} not in this endpoint's scope", argument="queue", op="claim_next")
+        queues = [name]
+    else:
+        queues = list(caller.queues)
+    params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
+    params["queues"] = queues
+    got = await _run_claim(core, Q.todos.claim_next, params, token)
+    if got is None:
+        return None
+    await _publish_claim(core, got[1])
+    return got[0]
+
+
+# ----------------------------------------------------------------------------- lease transitions
+
+async def heartbeat(core: Core, caller: Caller, todo_id: Any, *, lease_ttl_seconds: Any = None,
+                    lease_token: Any = None) -> dict:
+    todo_id = _todo_id(todo_id)
+    params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
+              "ttl": _ttl(core, caller, lease_ttl_seconds)}
+    row = await _one(core, Q.todos.heartbeat, params)
+    if row is None:
+        raise await _miss(core, caller, todo_id, "heartbeat")
+    await core.bus.publish(events.build("heartbeat", row))
+    return shapes.compact(row)
+
+
+async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict, *, ready: str | None = None) -> dict:
+    row = await _one(core, sql, params)
+    if row is None:
+        raise await _miss(core, caller, params["id"], op)
+    await core.bus.publish(events.build(op, row, row.get("closed_attempt"), ready=ready))
+    return row
+
+
+async def complete(core: Core, caller: Caller, todo_id: Any, *, result: Any = None, summary: Any = None,
+                   artifact: Any = None, lease_token: Any = None) -> dict:
+    todo_id = _todo_id(todo_id)
+    params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
+              **_report(core, summary, artifact, result)}
+    return shapes.compact(await _close(core, caller, "complete", Q.todos.complete, params))
+
+
+async def fail(core: Core, caller: Caller, todo_id: Any, *, result: Any = None, summary: Any = None,
+               artifact: Any = None, lease_token: Any = None, retry: Any = True) -> dict:
+    """Fail the attempt: a parked retry with backoff below the cap, else (or with retry=False) a dead letter."""
+    todo_id = _todo_id(todo_id)
+    if retry is None:
+        retry = True
+    if not isinstance(retry, bool):
+        raise Invalid("retry must be a boolean", argument="retry")
+    params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
+              **_report(core, summary, artifact, result), "retry": retry,
+              "backoff_base": core.settings.retry_backoff_base_seconds,
+              "backoff_max": core.settings.retry_backoff_max_seconds}
+    return shapes.compact(await _close(core, caller, "fail", Q.todos.fail, params))
+
+
+async def release(core: Core, caller: Caller, todo_id: Any, *, summary: Any = None, artifact: Any = None,
+                  lease_token: Any = None) -> dict:
+    """Give the lease back: pending again, attempt counter unchanged, attempt closes `released`."""
+    todo_id = _todo_id(todo_id)
+    params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
+              **_report(core, summary, artifact, None)}
+    return shapes.full(await _close(core, caller, "release", Q.todos.release, params, ready="released"))
+
+
+async def request_input(core: Core, caller: Caller, todo_id: Any, *, question: Any = None,
+                        lease_token: Any = None) -> dict:
+    """The holder asks its human for input: input-required, attempt stays open, lease paused."""
+    todo_id = _todo_id(todo_id)
+    q = inputs.text(question, "question", max_chars=inputs.QUESTION_MAX_BYTES)
+    if q is not None:
+        q, _ = inputs.cut_utf8(q, inputs.QUESTION_MAX_BYTES)
+    params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id, "question": q}
+    row = await _one(core, Q.todos.request_input, params)
+    if row is None:
+        raise await _miss(core, caller, todo_id, "request_input")
+    await core.bus.publish(events.build("request_input", row))
+    return shapes.compact(row)
+
+
+async def provide_input(core: Core, caller: HumanCaller, todo_id: Any, *, payload: Any,
+                        lease_ttl_seconds: Any = None) -> dict:
+    """The owning human answers an input-required todo; it resumes claimed under a fresh lease."""
+    todo_id = _todo_id(todo_id)
+    text = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
+    if text is None:
+        raise Invalid("payload is required", argument="payload")
+    params = {**scope_params(caller), "id": todo_id, "input": Jsonb(payload),
+              "ttl": _ttl(core, caller, lease_ttl_seconds)}
+    row = await _one(core, Q.todos.provide_input, params)
+    if row is None:
+        raise await _miss(core, caller, todo_id, "input")
+    await core.bus.publish(events.build("provide_input", row))
+    return shapes.full(row)
+
+
+async def cancel(core: Core, caller: HumanCaller, todo_id: Any) -> dict:
+    todo_id = _todo_id(todo_id)
+    params = {**scope_params(caller), "id": todo_id}
+    return shapes.compact(await _close(core, caller, "cancel", Q.todos.cancel, params))
+
+
+async def retry(core: Core, caller: HumanCaller, todo_id: Any) -> dict:
+    """Manual retry of a dead letter or a parked retry (REQ-12): fresh budget, history kept."""
+    todo_id = _todo_id(todo_id)
+    row = await _one(core, Q.todos.retry, {**scope_params(caller), "id": todo_id})
+    if row is None:
+        raise await _miss(core, caller, todo_id, "retry")
+    await core.bus.publish(events.build("retry", row, ready="retried"))
+    return shapes.compact(row)
+
+
+# ----------------------------------------------------------------------------------------- reads
+
+async def get(core: Core, caller: Caller, todo_id: Any, *, attempts_limit: Any = None) -> dict:
+    """The get_todo shape (REQ-8). Foreign, unknown and out-of-grant ids are the same not_found."""
+    todo_id = _todo_id(todo_id)
+    owner_view = isinstance(caller, HumanCaller)
+    if attempts_limit is None:
+        limit = None if owner_view else ATTEMPTS_LIMIT_DEFAULT
+    elif isinstance(attempts_limit, bool) or not isinstance(attempts_limit, int):
+        raise Invalid("attempts_limit must be an integer", argument="attempts_limit")
+    elif attempts_limit <= 0:
+        limit = ATTEMPTS_LIMIT_DEFAULT
+    else:
+        limit = min(attempts_limit, ATTEMPTS_LIMIT_MAX) if not owner_view else attempts_limit
+    row = await _one(core, Q.todos.get, {**scope_params(caller), "id": todo_id, "attempts_limit": limit})
+    if row is None:
+        raise NotFound(op="get_todo", todo_id=todo_id)
+    return shapes.todo_detail(row, row["attempts"], owner_view=owner_view)
+
+
+async def list_for_endpoint(core: Core, caller: EndpointCaller, *, queue: Any = None, state: Any = None,
+                            limit: Any = None) -> list[dict]:
+    if queue is not None:
+        name = inputs.queue(queue)
+        if name not in caller.queues:
+            raise Forbidden(f"queue {name} not in this endpoint's scope", argument="queue", op="list_todos")
+        queues = [name]
+    else:
+        queues = list(caller.queues)
+    if state is not None and not isinstance(state, str):
+        raise Invalid("state must be a string", argument="state")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise Invalid("limit must be an integer", argument="limit")
+    n = limit if isinstance(limit, int) and 0 < limit <= LIST_LIMIT_MAX else LIST_LIMIT_DEFAULT
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.todos.list_for_endpoint, {
+            "endpoint_id": caller.endpoint_id, "queues": queues, "state": state, "limit": n})
+        return [shapes.compact(r) for r in await cur.fetchall()]
+
+
+async def list_for_human(core: Core, caller: HumanCaller, *, endpoint: str | None = None,
+                         queue: str | None = None, state: str | None = None, dead_letter: bool = False,
+                         limit: int = 50, offset: int = 0) -> list[dict]:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.todos.list_for_human, {
+            "human_id": caller.human_id, "slug": endpoint or None, "queue": queue or None,
+            "state": state or None, "dead_letter": bool(dead_letter),
+            "limit": max(1, min(int(limit), 500)), "offset": max(0, int(offset))})
+        rows = await cur.fetchall()
+    out = []
+    for r in rows:
+        item = shapes.compact(r)
+        item["endpoint"] = r["endpoint_slug"]
+        item["updated_at"] = shapes.ts(r["updated_at"])
+        out.append(item)
+    return out
+
+
+async def counts_for_human(core: Core, caller: HumanCaller, *, endpoint: str | None = None,
+                           queue: str | None = None) -> dict[str, int]:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.todos.counts_for_human, {
+            "human_id": caller.human_id, "slug": endpoint or None, "queue": queue or None})
+        rows = await cur.fetchall()
+    counts = {s: 0 for s in ("pending", "claimed", "input-required", "done", "failed", "canceled")}
+    counts["dead_letter"] = 0
+    for r in rows:
+        counts[r["state"]] = r["n"]
+        counts["dead_letter"] += r["dead"]
+    return counts

@@ -1,0 +1,1 @@
+"""Database access: the embedded server's lifecycle, the connection pool and migrations."""

