@@ -1,0 +1,363 @@
+"""The `switchboard` command (SYSTEM.md section 15). Every command is a thin call into the core.
+
+`--json` prints exactly one JSON object on stdout. Exit codes: 0 ok, 1 refused (not found, conflict,
+invalid), 2 usage. Commands that act on todos, endpoints and tokens act as one human (`--user`).
+"""
+
+from __future__ import annotations
+
+import getpass
+import importlib
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .common import EXIT_USAGE, emit, fail_usage, human, read_json_arg, run, settings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Switchboard: a durable work queue for AI agents, spoken over MCP.")
+user_app = typer.Typer(no_args_is_help=True, help="Board accounts.")
+token_app = typer.Typer(no_args_is_help=True, help="Human API tokens (sbh_…).")
+endpoint_app = typer.Typer(no_args_is_help=True, help="Vend, list and revoke agent endpoints.")
+todo_app = typer.Typer(no_args_is_help=True, help="Push, inspect and steer todos.")
+settings_app = typer.Typer(no_args_is_help=True, help="Operator settings kept in the database.")
+app.add_typer(user_app, name="user")
+app.add_typer(token_app, name="token")
+app.add_typer(endpoint_app, name="endpoint")
+app.add_typer(todo_app, name="todo")
+app.add_typer(settings_app, name="settings")
+
+# Command groups that live beside their own feature (notify hooks, relay) plug in here.
+for _module, _name in (("switchboard.cli.hook", "hook"), ("switchboard.relay.cli", "relay")):
+    try:
+        app.add_typer(importlib.import_module(_module).app, name=_name)
+    except ModuleNotFoundError as _exc:  # pragma: no cover - feature not installed
+        if _exc.name != _module:
+            raise
+
+console = Console()
+UserOpt = typer.Option(None, "--user", help="Act as this human (default: SWITCHBOARD_USER).")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON object.")
+
+
+# ------------------------------------------------------------------------------------ serve, migrate
+
+@app.command()
+def serve(host: Optional[str] = typer.Option(None, help="Listen address (SWITCHBOARD_HOST)."),
+          port: Optional[int] = typer.Option(None, help="Port (SWITCHBOARD_PORT).")) -> None:
+    """Migrate, start the sweeps and serve HTTP: health, MCP, the Board and the APIs."""
+    from ..web.server import serve as run_server
+
+    cfg = settings()
+    if host:
+        cfg.host = host
+    if port is not None:
+        cfg.port = port
+    run_server(cfg)
+
+
+@app.command()
+def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after this migration number.")) -> None:
+    """Apply pending database migrations."""
+    from ..db.database import Database
+
+    async def work() -> list[str]:
+        db = Database(settings())
+        await db.start()
+        try:
+            return await db.migrate(target=target)
+        finally:
+            await db.stop()
+
+    import asyncio
+
+    from ..db.migrate import MigrationError
+
+    try:
+        applied = asyncio.run(work())
+    except MigrationError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo("applied: " + ", ".join(applied) if applied else "database is up to date")
+
+
+# ------------------------------------------------------------------------------------------- users
+
+@user_app.command("add")
+def user_add(name: str, password_stdin: bool = typer.Option(False, "--password-stdin",
+                                                            help="Read the password from standard input."),
+             as_json: bool = JsonOpt) -> None:
+    """Create a Board account."""
+    from ..core import humans
+
+    password = None
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    elif sys.stdin.isatty():
+        password = getpass.getpass("password (empty for none): ") or None
+
+    async def work(core):
+        return await humans.add(core, name, password)
+
+    h = run(work)
+    emit({"user": h.name, "id": str(h.human_id)}, as_json, lambda o: typer.echo(f"created user {o['user']}"))
+
+
+@token_app.command("create")
+def token_create(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Create a human API token (shown once) for the producer API and the relay."""
+    from ..core import humans
+
+    async def work(core):
+        return await humans.create_token(core, await human(core, user))
+
+    token, row = run(work)
+    emit({"token": token, "prefix": row["prefix"], "user": user or settings().user}, as_json,
+         lambda o: typer.echo(f"{o['token']}\n(shown once; store it now)"))
+
+
+# --------------------------------------------------------------------------------------- endpoints
+
+def _mcp_url(slug: str) -> str:
+    return f"{settings().public_base_url}/mcp/{slug}"
+
+
+@endpoint_app.command("vend")
+def endpoint_vend(agent: str = typer.Option(..., "--agent", help="The agent's name (created if new)."),
+                  queue: list[str] = typer.Option([], "--queue", help="Granted queue (repeatable; default inbox)."),
+                  verb: list[str] = typer.Option([], "--verb", help="Granted verb (repeatable; default the drain family)."),
+                  lease_ttl: Optional[int] = typer.Option(None, "--lease-ttl", help="Default lease, 60-86400 s."),
+                  user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Vend an MCP endpoint (URL + credential shown once) for an agent."""
+    from ..core import endpoints
+
+    async def work(core):
+        return await endpoints.vend(core, await human(core, user), agent=agent, queues=queue or None,
+                                    verbs=verb or None, lease_ttl=lease_ttl)
+
+    ep, credential = run(work)
+    out = {"endpoint_id": ep["endpoint_id"], "slug": ep["slug"], "agent": ep["agent"], "queues": ep["queues"],
+           "verbs": ep["verbs"], "mcp_url": _mcp_url(ep["slug"]), "credential": credential}
+
+    def text(o: dict) -> None:
+        typer.echo(f"endpoint {o['slug']} for agent {o['agent']}\n  url:        {o['mcp_url']}\n"
+                   f"  credential: {o['credential']}   (shown once)\n  queues:     {', '.join(o['queues'])}\n"
+                   f"  verbs:      {', '.join(o['verbs'])}")
+
+    emit(out, as_json, text)
+
+
+@endpoint_app.command("list")
+def endpoint_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """List your endpoints."""
+    from ..core import endpoints
+
+    async def work(core):
+        return await endpoints.list_for_human(core, await human(core, user))
+
+    rows = run(work)
+
+    def text(o: dict) -> None:
+        table = Table("slug", "agent", "queues", "verbs", "state", "last use")
+        for e in o["endpoints"]:
+            table.add_row(e["slug"], e["agent"], ",".join(e["queues"]), ",".join(e["verbs"]), e["state"],
+                          e["last_used_at"] or "-")
+        console.print(table)
+
+    emit({"endpoints": [dict(e, mcp_url=_mcp_url(e["slug"])) for e in rows]}, as_json, text)
+
+
+@endpoint_app.command("revoke")
+def endpoint_revoke(slug: str, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Revoke an endpoint: its credential stops working and its live todos become dead letters."""
+    from ..core import endpoints
+
+    async def work(core):
+        return await endpoints.revoke(core, await human(core, user), slug)
+
+    out = run(work)
+    emit(out, as_json, lambda o: typer.echo(f"revoked {o['slug']}; {o['dead_lettered']} live todo(s) dead-lettered"))
+
+
+# ------------------------------------------------------------------------------------------- todos
+
+def _todo_line(t: dict) -> str:
+    extra = " dead letter" if t.get("dead_letter") else ""
+    return f"{t['id']}  {t['state']}{extra}  [{t['queue']}] {t['title']}  (attempt {t['attempt']}/{t['max_attempts']})"
+
+
+@todo_app.command("push")
+def todo_push(slug: str = typer.Argument(..., help="The endpoint whose agents will drain it."),
+              title: str = typer.Option(..., "--title"),
+              queue: Optional[str] = typer.Option(None, "--queue", help="Required when the endpoint has several queues."),
+              payload: Optional[str] = typer.Option(None, "--payload", help="JSON, @file or @- for stdin."),
+              key: Optional[str] = typer.Option(None, "--key", help="Idempotency key: a live duplicate is returned."),
+              max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help="1-100 (default 5)."),
+              assignee: Optional[str] = typer.Option(None, "--assignee", help="Only this owner may claim it."),
+              kind: Optional[str] = typer.Option(None, "--kind"),
+              user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Put a todo on an endpoint's queue."""
+    from ..core import producer
+
+    body = read_json_arg(payload, "payload")
+
+    async def work(core):
+        return await producer.push(core, await human(core, user), slug, title=title, queue=queue, payload=body,
+                                   kind=kind, key=key, max_attempts=max_attempts, assignee=assignee)
+
+    todo, created = run(work)
+    emit({"todo": todo, "created": created}, as_json,
+         lambda o: typer.echo(("created " if created else "exists  ") + _todo_line(o["todo"])))
+
+
+@todo_app.command("list")
+def todo_list(slug: Optional[str] = typer.Argument(None, help="Only this endpoint's todos."),
+              state: Optional[str] = typer.Option(None, "--state"),
+              queue: Optional[str] = typer.Option(None, "--queue"),
+              dead_letter: bool = typer.Option(False, "--dead-letter", help="Only dead letters."),
+              limit: int = typer.Option(50, "--limit"),
+              user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """List todos, newest first."""
+    from ..core import todos
+
+    async def work(core):
+        h = await human(core, user)
+        if slug:
+            from ..core.endpoints import get_for_human
+
+            await get_for_human(core, h, slug)
+        return await todos.list_for_human(core, h, endpoint=slug, queue=queue, state=state,
+                                          dead_letter=dead_letter, limit=limit)
+
+    rows = run(work)
+    emit({"todos": rows}, as_json, lambda o: [typer.echo(_todo_line(t)) for t in o["todos"]] or
+         (typer.echo("no todos") if not o["todos"] else None))
+
+
+def _show_text(t: dict) -> None:
+    typer.echo(_todo_line(t))
+    typer.echo(f"  endpoint {t.get('endpoint')}  attempts {t['attempts_total']} (pruned {t['attempts_pruned']})")
+    if t.get("lease_expires_at"):
+        typer.echo(f"  lease until {t['lease_expires_at']} held by {t.get('owner')}")
+    if t.get("next_retry_at"):
+        typer.echo(f"  next retry at {t['next_retry_at']}")
+    for a in t["attempts"]:
+        died = "  DIED (no report)" if a["died"] else ""
+        typer.echo(f"  #{a['seq']} attempt {a['attempt']} {a['claimer_kind']} {a['claimant'] or '-'}  "
+                   f"{a['claimed_at']} -> {a['ended_at'] or 'open'}  {a['outcome'] or ''}/{a['disposition'] or ''}{died}")
+        if a["summary"]:
+            typer.echo(f"      summary: {a['summary']}" + (" [truncated]" if a["summary_truncated"] else ""))
+        if a["artifact"]:
+            typer.echo(f"      artifact: {a['artifact']}")
+
+
+@todo_app.command("show")
+def todo_show(todo_id: str = typer.Argument(..., metavar="ID"), user: Optional[str] = UserOpt,
+              as_json: bool = JsonOpt) -> None:
+    """Show a todo with every attempt (the owner's view)."""
+    from ..core import todos
+
+    async def work(core):
+        return await todos.get(core, await human(core, user), todo_id)
+
+    emit(run(work), as_json, _show_text)
+
+
+def _action(name: str, doc: str):
+    def command(todo_id: str = typer.Argument(..., metavar="ID"),
+                summary: Optional[str] = typer.Option(None, "--summary", help="Recorded on the closing attempt."),
+                user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+        from ..core import todos
+
+        async def work(core):
+            h = await human(core, user)
+            if name == "retry":
+                return await todos.retry(core, h, todo_id)
+            if name == "cancel":
+                return await todos.cancel(core, h, todo_id)
+            if name == "release":
+                return await todos.release(core, h, todo_id, summary=summary)
+            return await todos.fail(core, h, todo_id, summary=summary, result={})
+
+        emit({"todo": run(work)}, as_json, lambda o: typer.echo(_todo_line(o["todo"])))
+
+    command.__doc__ = doc
+    todo_app.command(name)(command)
+
+
+_action("retry", "Re-queue a dead letter or parked retry now, with a fresh attempt budget (history kept).")
+_action("cancel", "Cancel a pending, claimed or input-required todo.")
+_action("release", "Release the lease on a claimed todo (any holder; fence-exempt).")
+_action("fail", "Fail the open attempt of a claimed todo (any holder; fence-exempt).")
+
+
+@todo_app.command("input")
+def todo_input(todo_id: str = typer.Argument(..., metavar="ID"),
+               payload: str = typer.Option(..., "--payload", help="The answer: JSON, @file or @-."),
+               user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Answer an input-required todo; it resumes under a fresh lease with the same attempt."""
+    from ..core import todos
+
+    body = read_json_arg(payload, "payload")
+
+    async def work(core):
+        return await todos.provide_input(core, await human(core, user), todo_id, payload=body)
+
+    emit({"todo": run(work)}, as_json, lambda o: typer.echo(_todo_line(o["todo"])))
+
+
+# ---------------------------------------------------------------------------------------- settings
+
+@settings_app.command("get")
+def settings_get(key: Optional[str] = typer.Argument(None), as_json: bool = JsonOpt) -> None:
+    """Show one setting, or all of them."""
+    from ..core import settings_store
+
+    async def work(core):
+        if key:
+            return {key: await settings_store.get(core, key)}
+        return await settings_store.all_settings(core)
+
+    values = run(work)
+    emit(values, as_json, lambda o: [typer.echo(f"{k} = {v}") for k, v in o.items()])
+
+
+@settings_app.command("set")
+def settings_set(key: str, value: str, as_json: bool = JsonOpt) -> None:
+    """Change a setting."""
+    from ..core import settings_store
+
+    async def work(core):
+        return await settings_store.set_value(core, key, value)
+
+    emit({key: run(work)}, as_json, lambda o: typer.echo(f"{key} = {o[key]}"))
+
+
+# ------------------------------------------------------------------------------------------- sweep
+
+@app.command()
+def sweep(once: bool = typer.Option(False, "--once", help="Run one pass and exit.")) -> None:
+    """Run the reaper, retry scheduler, endpoint expiry and retention once."""
+    from ..core import sweeps
+
+    if not once:
+        fail_usage("the sweeps run inside `switchboard serve`; use --once for a single pass")
+
+    async def work(core):
+        return await sweeps.sweep_once(core)
+
+    report = run(work)
+    emit(report.as_dict(), True)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+__all__ = ["app", "main", "EXIT_USAGE"]

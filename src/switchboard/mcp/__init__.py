@@ -1,0 +1,1 @@
+"""The agent surface: Streamable HTTP MCP at /mcp/<slug> (official SDK, low-level Server)."""

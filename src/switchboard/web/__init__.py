@@ -1,0 +1,1 @@
+"""HTTP surfaces composed into one Starlette app: health, MCP, the Board, the human API, metrics."""

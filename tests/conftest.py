@@ -1,0 +1,238 @@
+"""Shared fixtures: one real PostgreSQL per test session (embedded, or SWITCHBOARD_TEST_DATABASE_URL),
+a clean database per test, and real servers (uvicorn in a thread, or `switchboard serve` as a process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from switchboard.config import Settings, load_settings
+from switchboard.core.models import Core
+from switchboard.db import migrate
+from switchboard.db.pool import open_pool
+
+ROOT = Path(__file__).resolve().parent.parent
+KEEP_TABLES = {"schema_migrations", "settings"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory):
+    """The URI of a PostgreSQL server (not a database) the session may create databases on."""
+    url = os.environ.get("SWITCHBOARD_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from switchboard.db import embedded
+
+    server = embedded.start(tmp_path_factory.mktemp("pg"))
+    try:
+        yield server.uri
+    finally:
+        server.release()
+
+
+def _with_db(uri: str, dbname: str) -> str:
+    return psycopg.conninfo.make_conninfo(uri, dbname=dbname)
+
+
+def create_database(server_uri: str, *, target: int | None = None) -> str:
+    """A new empty database on the test server, migrated to `target` (all when None). Returns its URI."""
+    name = f"sb_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_uri, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    uri = _with_db(server_uri, name)
+    if target != 0:
+        async def run() -> None:
+            async with await psycopg.AsyncConnection.connect(uri, autocommit=True) as conn:
+                await migrate.migrate(conn, target=target)
+
+        run_async(run())
+    return uri
+
+
+def run_async(coro):
+    """Run a coroutine to completion on a fresh loop in a thread (safe inside a running loop)."""
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # noqa: BLE001
+            box["error"] = exc
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+@pytest.fixture(scope="session")
+def pg_uri(pg_server) -> str:
+    """The session's migrated database."""
+    return create_database(pg_server)
+
+
+@pytest.fixture
+def scratch_db(pg_server):
+    """A fresh, unmigrated database for migration tests; dropped afterwards."""
+    uri = create_database(pg_server, target=0)
+    yield uri
+    name = psycopg.conninfo.conninfo_to_dict(uri)["dbname"]
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def make_settings(pg_uri: str, **overrides) -> Settings:
+    base = dict(database_url=pg_uri, log_format="text", sweep_interval_seconds=3600,
+                retention_interval_seconds=36000, hooks_allow_private=True,
+                metrics_token="m" * 40, secret_key="test-secret-key-" + "k" * 32)
+    base.update(overrides)
+    return load_settings(**base)
+
+
+def clean_database(uri: str) -> None:
+    with psycopg.connect(uri, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
+        wipe = [t for t in tables if t not in KEEP_TABLES]
+        if wipe:
+            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in wipe) + " RESTART IDENTITY CASCADE")
+        conn.execute("UPDATE settings SET value = '50' WHERE key = 'attempt_history_max_per_todo'")
+        conn.execute("UPDATE settings SET value = '30' WHERE key = 'retention_max_age_days'")
+        conn.execute("UPDATE settings SET value = '500000' WHERE key = 'retention_max_rows'")
+
+
+@asynccontextmanager
+async def core_for(uri: str, **overrides):
+    pool = await open_pool(uri, min_size=1, max_size=20)
+    try:
+        yield Core(pool=pool, settings=make_settings(uri, **overrides))
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+async def core(pg_uri):
+    """A core on a clean database. Override settings with `core.settings = make_settings(...)`."""
+    clean_database(pg_uri)
+    async with core_for(pg_uri) as c:
+        yield c
+
+
+# ------------------------------------------------------------------------------------------ servers
+
+@dataclass
+class LiveServer:
+    url: str
+    settings: Settings
+    app: object
+    _server: object
+    _thread: threading.Thread | None = None
+    process: subprocess.Popen | None = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.terminate()
+                try:
+                    self.process.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+            return
+        self._server.should_exit = True  # type: ignore[attr-defined]
+        if self._thread:
+            self._thread.join(15)
+
+
+def start_thread_server(settings: Settings) -> LiveServer:
+    """The real app under uvicorn on a free port, in a thread with its own event loop."""
+    import uvicorn
+
+    from switchboard.web.app import create_app
+
+    port = free_port()
+    settings = settings.model_copy(update={"port": port, "host": "127.0.0.1"})
+    app = create_app(settings)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("server did not start")
+        time.sleep(0.02)
+    return LiveServer(url=f"http://127.0.0.1:{port}", settings=settings, app=app, _server=server, _thread=thread)
+
+
+def start_process_server(pg_uri: str, env: dict | None = None) -> LiveServer:
+    """`switchboard serve` as a separate process (for kill/restart and cross-process tests)."""
+    import httpx
+
+    port = free_port()
+    full_env = dict(os.environ)
+    full_env.update({"SWITCHBOARD_DATABASE_URL": pg_uri, "SWITCHBOARD_PORT": str(port),
+                     "SWITCHBOARD_HOST": "127.0.0.1", "SWITCHBOARD_LOG_FORMAT": "json",
+                     "SWITCHBOARD_HOOKS_ALLOW_PRIVATE": "1", "SWITCHBOARD_METRICS_TOKEN": "m" * 40,
+                     "SWITCHBOARD_SECRET_KEY": "test-secret-key-" + "k" * 32})
+    full_env.update(env or {})
+    proc = subprocess.Popen([sys.executable, "-m", "switchboard", "serve"], env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 40
+    while True:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            proc.kill()
+            raise RuntimeError(f"server process did not start:\n{out[-3000:]}")
+        time.sleep(0.1)
+    return LiveServer(url=url, settings=load_settings(database_url=pg_uri, port=port), app=None,
+                      _server=None, process=proc)
+
+
+@pytest.fixture
+def live_server(pg_uri):
+    """Factory: `srv = live_server(**setting_overrides)`; stopped after the test."""
+    started: list[LiveServer] = []
+
+    def start(**overrides) -> LiveServer:
+        srv = start_thread_server(make_settings(pg_uri, **overrides))
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()
+
+
+def chromium_path() -> str | None:
+    for candidate in ("/usr/bin/chromium", "/usr/bin/chromium-browser"):
+        if os.path.exists(candidate):
+            return candidate
+    return None
