@@ -1,0 +1,33 @@
+"""The README's command-line tour works exactly as written (on the embedded database)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+from conftest import ROOT
+
+
+def _block_after(heading: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split(heading, 1)[1]
+    return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_cli_tour_runs_as_written(tmp_path):
+    script = _block_after("## A tour from the command line")
+    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
+    env["SWITCHBOARD_DATA_DIR"] = str(tmp_path / "data")
+    run = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    todo = json.loads((tmp_path / "todo.json").read_text())["todo"]
+    assert todo["state"] == "pending" and todo["title"] == "Fix the flaky login test"
+    assert todo["id"] in run.stdout  # `todo show` and `todo list` printed it
+    endpoint = json.loads((tmp_path / "endpoint.json").read_text())
+    assert endpoint["credential"].startswith("sbk_") and endpoint["queues"] == ["inbox"]
+    # The last command let go of the embedded server: nothing is left running on the data dir.
+    assert not (tmp_path / "data" / "pgdata" / "postmaster.pid").exists()
