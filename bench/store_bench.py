@@ -1,0 +1,654 @@
+"""Store benchmark (SYSTEM.md section 16): claim_next + complete throughput and claim latency.
+
+Throughput: claim_next + complete cycles/s at 1, 4 and 16 asyncio workers, four variants measured
+in the same run, interleaved in rounds so that noise on the shared machine hits all of them alike:
+
+  core         `todos.claim_next` + `todos.complete` with an EndpointCaller, attempt writes included
+  no-attempts  the same Python path, with the claim_next / complete statements minus the attempt
+               CTEs (the pre-attempt-history baseline of SPEC-0034 REQ-18)
+  core-sql     the core's two statements sent by raw psycopg, one connection per worker
+               (separates the cost of the Python path from the cost of the SQL)
+  bare         one minimal claim CTE (writing the attempt row) + one complete statement, raw psycopg
+
+Latency: `todos.claim_next` p50/p99 with 1,000 and with 1,000,000 pending todos, each backlog in its
+own database, alternating between the two.
+
+Runs on a fresh embedded PostgreSQL in a temporary directory, or on the server of
+SWITCHBOARD_DATABASE_URL (its own databases are created there and dropped afterwards).
+
+    make bench                     # full run, about 6-8 minutes on 2 cores
+    .venv/bin/python bench/store_bench.py --quick      # about 1 minute, 100,000 as the big backlog
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Awaitable, Callable
+
+import psycopg
+from psycopg.rows import dict_row
+
+from switchboard.config import load_settings
+from switchboard.core import endpoints, humans, todos
+from switchboard.core.models import Core, EndpointCaller
+from switchboard.core.queries import Q, _fragments
+from switchboard.db import migrate
+from switchboard.db.pool import open_pool
+
+QUEUE = "bench"
+LEASE_TTL = 1800
+
+# ------------------------------------------------------------------------------------ bench SQL
+
+# The no-attempts variant: the core's claim_next candidate search, unchanged, followed by the todos
+# update alone (no attempt opened, closed or pruned, no attempt counters, no prior_attempts read).
+_CLAIM_TAIL_MARKER = ", cap AS ("
+NO_ATTEMPTS_CLAIM_TAIL = """
+, claimed AS (
+    UPDATE todos x
+       SET state = 'claimed', owner = %(owner)s,
+           lease_expires_at = now() + make_interval(secs => %(ttl)s),
+           attempt = x.attempt + 1, claimed_at = now(), next_retry_at = NULL, updated_at = now()
+      FROM t
+     WHERE x.id = t.id
+    RETURNING x.*, t.prior_state
+)
+SELECT c.*, c.attempt AS attempt_seq, NULL::jsonb AS closed_attempt, '[]'::jsonb AS prior_attempts
+  FROM claimed c
+"""
+
+# The core's complete minus the attempt CTE: same lock, scope and holder checks on the todo.
+NO_ATTEMPTS_COMPLETE = """
+WITH t AS (
+    SELECT todos.id FROM todos
+     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
+       FOR UPDATE
+), u AS (
+    UPDATE todos x
+       SET state = 'done', result = %(result)s, completed_at = now(), updated_at = now()
+      FROM t
+     WHERE x.id = t.id
+    RETURNING x.*
+)
+SELECT u.*, NULL::jsonb AS closed_attempt FROM u
+"""
+
+# The bare loop: the smallest single-statement claim that still writes the attempt row, and the
+# smallest complete that closes it. No scope, fence or history read.
+BARE_CLAIM = """
+WITH next AS (
+    SELECT id FROM todos
+     WHERE endpoint_id = %s AND queue = %s AND state = 'pending'
+     ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE todos t
+       SET state = 'claimed', owner = %s, lease_expires_at = now() + make_interval(secs => %s),
+           attempt = t.attempt + 1, attempts_total = t.attempts_total + 1, claimed_at = now(),
+           updated_at = now()
+      FROM next WHERE t.id = next.id
+    RETURNING t.id, t.attempt, t.attempts_total, t.lease_expires_at
+), att AS (
+    INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, claimer_endpoint_id, owner,
+                               claimed_at, lease_expires_at)
+    SELECT id, attempts_total, attempt, 'endpoint', %s, %s, now(), lease_expires_at FROM claimed
+    RETURNING todo_id, seq
+)
+SELECT todo_id, seq FROM att
+"""
+
+BARE_COMPLETE = """
+WITH a AS (
+    UPDATE todo_attempts SET ended_at = now(), outcome = 'completed', disposition = 'done'
+     WHERE todo_id = %s AND seq = %s AND ended_at IS NULL
+    RETURNING todo_id
+)
+UPDATE todos t SET state = 'done', completed_at = now(), updated_at = now()
+  FROM a WHERE t.id = a.todo_id AND t.state = 'claimed'
+RETURNING t.id
+"""
+
+BULK_LOAD = """
+INSERT INTO todos (id, endpoint_id, queue, title, created_at, updated_at)
+SELECT 'td_' || gen_random_uuid(), %(endpoint_id)s, %(queue)s, 'bench ' || g,
+       now() + g * interval '1 microsecond', now()
+  FROM generate_series(1, %(n)s) AS g
+"""
+
+
+def _splice(sql: str) -> str:
+    frags = _fragments()
+    for name, text in frags.items():
+        sql = sql.replace("{{" + name + "}}", text)
+    return sql
+
+
+def no_attempts_statements() -> dict[str, str]:
+    core_claim = Q.todos.claim_next
+    if _CLAIM_TAIL_MARKER not in core_claim:
+        raise SystemExit("bench: the core's claim_next no longer ends in the claim tail; update the bench")
+    head = core_claim.split(_CLAIM_TAIL_MARKER, 1)[0]
+    return {"claim_next": head + NO_ATTEMPTS_CLAIM_TAIL, "complete": _splice(NO_ATTEMPTS_COMPLETE)}
+
+
+class _Overlay:
+    """`Q` with some statements of one file replaced; everything else is the core's."""
+
+    def __init__(self, file: str, overrides: dict[str, str]) -> None:
+        self._file, self._overrides = file, overrides
+
+    def __getattr__(self, file: str):
+        base = getattr(Q, file)
+        if file != self._file:
+            return base
+        overrides = self._overrides
+
+        class _F:
+            def __getattr__(self, name: str) -> str:
+                return overrides[name] if name in overrides else getattr(base, name)
+
+        return _F()
+
+
+@contextlib.contextmanager
+def statements_swapped(overlay: _Overlay):
+    """Run the core's Python path with other SQL: `todos` looks statements up in its module's `Q`."""
+    todos.Q = overlay
+    try:
+        yield
+    finally:
+        todos.Q = Q
+
+
+# ------------------------------------------------------------------------------------- machine
+
+
+def machine_info() -> dict:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_gib = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    try:
+        nproc = len(os.sched_getaffinity(0))
+    except AttributeError:
+        nproc = os.cpu_count()
+    return {"nproc": nproc, "cpu": cpu, "ram_gib": mem_gib, "python": platform.python_version(),
+            "psycopg": psycopg.__version__, "platform": platform.platform()}
+
+
+def loadavg() -> tuple[float, float, float]:
+    try:
+        return os.getloadavg()
+    except OSError:
+        return (float("nan"),) * 3
+
+
+# ------------------------------------------------------------------------------------ databases
+
+
+@contextlib.contextmanager
+def postgres_server():
+    """(server uri, how): an external server from SWITCHBOARD_DATABASE_URL, else a fresh embedded one."""
+    url = os.environ.get("SWITCHBOARD_DATABASE_URL")
+    if url:
+        yield url, "external (SWITCHBOARD_DATABASE_URL)"
+        return
+    from switchboard.db import embedded
+
+    tmp = Path(tempfile.mkdtemp(prefix="switchboard-bench-"))
+    server = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = embedded.start(tmp)
+        yield server.uri, "embedded, fresh data dir"
+    finally:
+        if server is not None:
+            server.release()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Databases:
+    """Databases created for this run on the server, dropped at the end."""
+
+    def __init__(self, server_uri: str) -> None:
+        self.server_uri = server_uri
+        self.names: list[str] = []
+
+    async def create(self, label: str) -> str:
+        name = f"sb_bench_{label}_{uuid.uuid4().hex[:8]}"
+        async with await psycopg.AsyncConnection.connect(self.server_uri, autocommit=True) as conn:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        self.names.append(name)
+        uri = psycopg.conninfo.make_conninfo(self.server_uri, dbname=name)
+        async with await psycopg.AsyncConnection.connect(uri, autocommit=True, row_factory=dict_row) as conn:
+            await conn.execute("SET client_min_messages = warning")
+            await migrate.migrate(conn)
+        return uri
+
+    async def drop_all(self) -> None:
+        async with await psycopg.AsyncConnection.connect(self.server_uri, autocommit=True) as conn:
+            for name in self.names:
+                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.names.clear()
+
+
+async def server_facts(uri: str) -> dict:
+    async with await psycopg.AsyncConnection.connect(uri, autocommit=True) as conn:
+        out = {}
+        for key in ("server_version", "shared_buffers", "synchronous_commit", "fsync", "max_connections"):
+            cur = await conn.execute(f"SHOW {key}")
+            out[key] = (await cur.fetchone())[0]
+        return out
+
+
+@dataclass
+class Tenant:
+    uri: str
+    core: Core
+    caller: EndpointCaller
+    pending: int = 0
+
+    async def load(self, n: int) -> float:
+        """Bulk-load n pending todos; returns the seconds it took."""
+        if n <= 0:
+            return 0.0
+        t0 = time.perf_counter()
+        async with self.core.pool.connection() as conn:
+            await conn.execute(BULK_LOAD, {"endpoint_id": self.caller.endpoint_id, "queue": QUEUE, "n": n})
+        self.pending += n
+        return time.perf_counter() - t0
+
+    async def analyze(self) -> None:
+        async with self.core.pool.connection() as conn:
+            await conn.execute("VACUUM ANALYZE todos")
+            await conn.execute("VACUUM ANALYZE todo_attempts")
+
+
+async def open_tenant(uri: str, *, pool_max: int) -> Tenant:
+    # The pool as the served app opens it (web/app.py): min 2, max 20, the same configure and check.
+    pool = await open_pool(uri, min_size=2, max_size=pool_max)
+    core = Core(pool=pool, settings=load_settings(database_url=uri, log_format="text"))
+    human = await humans.add(core, "bench")
+    _, credential = await endpoints.vend(core, human, agent="bench", queues=[QUEUE])
+    caller = endpoints.caller_from_row(await endpoints.resolve_credential(core, credential), "bench-session")
+    return Tenant(uri=uri, core=core, caller=caller)
+
+
+# ------------------------------------------------------------------------------------ variants
+
+Worker = Callable[[float], Awaitable[tuple[int, bool]]]
+
+
+async def core_worker(tenant: Tenant, deadline: float) -> tuple[int, bool]:
+    core, caller = tenant.core, tenant.caller
+    n = 0
+    while time.perf_counter() < deadline:
+        got = await todos.claim_next(core, caller, lease_ttl_seconds=LEASE_TTL)
+        if got is None:
+            return n, True
+        await todos.complete(core, caller, got.todo["id"])
+        n += 1
+    return n, False
+
+
+async def core_sql_worker(tenant: Tenant, conn: psycopg.AsyncConnection, deadline: float) -> tuple[int, bool]:
+    caller = tenant.caller
+    scope = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "owner": caller.owner}
+    claim_params = {**scope, "ttl": LEASE_TTL, "claimant": None, "new_token_hash": None,
+                    "claimer_kind": "endpoint", "claimer_endpoint_id": caller.endpoint_id,
+                    "session": caller.session_id}
+    claim_sql, complete_sql = Q.todos.claim_next, Q.todos.complete
+    n = 0
+    while time.perf_counter() < deadline:
+        cur = await conn.execute(claim_sql, claim_params)
+        row = await cur.fetchone()
+        if row is None:
+            return n, True
+        await conn.execute(complete_sql, {**scope, "token_hash": None, "id": row[0], "summary": None,
+                                          "summary_truncated": False, "artifact": None, "result": None})
+        n += 1
+    return n, False
+
+
+async def bare_worker(tenant: Tenant, conn: psycopg.AsyncConnection, deadline: float) -> tuple[int, bool]:
+    ep, owner = tenant.caller.endpoint_id, tenant.caller.owner
+    n = 0
+    while time.perf_counter() < deadline:
+        cur = await conn.execute(BARE_CLAIM, (ep, QUEUE, owner, LEASE_TTL, ep, owner))
+        row = await cur.fetchone()
+        if row is None:
+            return n, True
+        await conn.execute(BARE_COMPLETE, row)
+        n += 1
+    return n, False
+
+
+@dataclass
+class Variant:
+    name: str
+    run: Callable[[int, float], Awaitable[tuple[int, bool]]] = field(repr=False)
+
+
+def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection]) -> list[Variant]:
+    overlay = _Overlay("todos", no_attempts_statements())
+
+    async def gather(workers: list[Awaitable[tuple[int, bool]]]) -> tuple[int, bool]:
+        done = await asyncio.gather(*workers)
+        return sum(n for n, _ in done), any(s for _, s in done)
+
+    async def core_run(w: int, deadline: float):
+        return await gather([core_worker(tenant, deadline) for _ in range(w)])
+
+    async def no_attempts_run(w: int, deadline: float):
+        with statements_swapped(overlay):
+            return await gather([core_worker(tenant, deadline) for _ in range(w)])
+
+    async def core_sql_run(w: int, deadline: float):
+        return await gather([core_sql_worker(tenant, raw_conns[i], deadline) for i in range(w)])
+
+    async def bare_run(w: int, deadline: float):
+        return await gather([bare_worker(tenant, raw_conns[i], deadline) for i in range(w)])
+
+    return [Variant("core", core_run), Variant("no-attempts", no_attempts_run),
+            Variant("core-sql", core_sql_run), Variant("bare", bare_run)]
+
+
+async def measure(variant: Variant, workers: int, seconds: float) -> dict:
+    start = time.perf_counter()
+    cycles, starved = await variant.run(workers, start + seconds)
+    elapsed = time.perf_counter() - start
+    return {"cycles": cycles, "elapsed": elapsed, "cps": cycles / elapsed, "starved": starved}
+
+
+async def throughput(tenant: Tenant, variants: list[Variant], *, worker_counts: list[int], rounds: int,
+                     seconds: float, backlog: int, log) -> dict:
+    results: dict[str, dict[int, list[float]]] = {v.name: {w: [] for w in worker_counts} for v in variants}
+    loads: list[float] = []
+
+    async def top_up() -> None:
+        await tenant.load(backlog - tenant.pending)
+
+    # Warm-up: every variant at the largest worker count (opens the pool's connections, prepares
+    # statements, fills caches); not recorded.
+    for v in variants:
+        await top_up()
+        got = await measure(v, max(worker_counts), min(1.0, seconds))
+        tenant.pending -= got["cycles"]
+    for r in range(rounds):
+        for wi, w in enumerate(worker_counts):
+            k = (r + wi) % len(variants)
+            for v in variants[k:] + variants[:k]:  # rotate the order each round
+                await top_up()
+                got = await measure(v, w, seconds)
+                tenant.pending -= got["cycles"]
+                if got["starved"]:
+                    raise SystemExit(f"bench: {v.name} ran out of pending todos; raise the backlog")
+                results[v.name][w].append(got["cps"])
+                loads.append(loadavg()[0])
+                log(f"  round {r + 1}/{rounds}  {w:>2} workers  {v.name:<12} {got['cps']:8.1f} cycles/s")
+    return {"rounds": results, "loadavg_1m": loads}
+
+
+# ------------------------------------------------------------------------------------- latency
+
+
+async def claim_latency(small: Tenant, big: Tenant, *, rounds: int, per_round: int, log) -> dict:
+    samples: dict[str, list[float]] = {"small": [], "big": []}
+    per_round_p50: dict[str, list[float]] = {"small": [], "big": []}
+    tenants = {"small": small, "big": big}
+    for label in ("small", "big"):  # warm-up, not recorded
+        t = tenants[label]
+        for _ in range(20):
+            got = await todos.claim_next(t.core, t.caller, lease_ttl_seconds=LEASE_TTL)
+            await todos.complete(t.core, t.caller, got.todo["id"])
+    loads = []
+    for r in range(rounds):
+        order = ("small", "big") if r % 2 == 0 else ("big", "small")
+        for label in order:
+            t = tenants[label]
+            got_round = []
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                got = await todos.claim_next(t.core, t.caller, lease_ttl_seconds=LEASE_TTL)
+                dt = time.perf_counter() - t0
+                if got is None:
+                    raise SystemExit("bench: latency backlog ran out")
+                await todos.complete(t.core, t.caller, got.todo["id"])
+                got_round.append(dt)
+            samples[label].extend(got_round)
+            per_round_p50[label].append(statistics.median(got_round))
+            loads.append(loadavg()[0])
+            log(f"  round {r + 1}/{rounds}  {label:<5} p50 {statistics.median(got_round) * 1000:6.2f} ms")
+    return {"samples": samples, "per_round_p50": per_round_p50, "loadavg_1m": loads}
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))  # nearest rank
+    return s[k]
+
+
+async def explain_claim(tenant: Tenant) -> str:
+    """EXPLAIN ANALYZE of the core's claim_next on this backlog, rolled back."""
+    caller = tenant.caller
+    params = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "owner": caller.owner,
+              "ttl": LEASE_TTL, "claimant": None, "new_token_hash": None, "claimer_kind": "endpoint",
+              "claimer_endpoint_id": caller.endpoint_id, "session": None}
+    async with await psycopg.AsyncConnection.connect(tenant.uri) as conn:
+        cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + Q.todos.claim_next, params)
+        plan = "\n".join(r[0] for r in await cur.fetchall())
+        await conn.rollback()
+    return plan
+
+
+# --------------------------------------------------------------------------------------- report
+
+
+def fmt_table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    line = lambda r: "| " + " | ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
+                                       for i, (c, w) in enumerate(zip(r, widths))) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), sep] + [line(r) for r in rows])
+
+
+def paired_ratio(a: list[float], b: list[float]) -> float:
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
+async def main(args: argparse.Namespace) -> int:
+    log = (lambda *_: None) if args.silent else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    worker_counts = [int(x) for x in args.workers.split(",")]
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    load_start = loadavg()
+    t_start = time.perf_counter()
+    info = machine_info()
+    with postgres_server() as (server_uri, server_how):
+        dbs = Databases(server_uri)
+        tenants: list[Tenant] = []
+        raw_conns: list[psycopg.AsyncConnection] = []
+        try:
+            facts = await server_facts(server_uri)
+            log(f"PostgreSQL {facts['server_version']} ({server_how}); {info['nproc']} CPUs {info['cpu']}")
+
+            # ---- throughput
+            tp = await open_tenant(await dbs.create("tp"), pool_max=20)
+            tenants.append(tp)
+            await tp.load(args.backlog)
+            await tp.analyze()
+            for _ in range(max(worker_counts)):
+                raw_conns.append(await psycopg.AsyncConnection.connect(tp.uri, autocommit=True))
+            variants = make_variants(tp, raw_conns)
+            log(f"throughput: {args.rounds} rounds x {len(worker_counts)} worker counts x {len(variants)} variants"
+                f" x {args.seconds:g} s")
+            tput = await throughput(tp, variants, worker_counts=worker_counts, rounds=args.rounds,
+                                    seconds=args.seconds, backlog=args.backlog, log=log)
+
+            # ---- latency
+            small = await open_tenant(await dbs.create("small"), pool_max=4)
+            big = await open_tenant(await dbs.create("big"), pool_max=4)
+            tenants += [small, big]
+            used = args.latency_rounds * args.latency_samples + 20
+            await small.load(args.small + used)
+            log(f"bulk-loading {args.big + used:,} pending todos")
+            big_load_s = await big.load(args.big + used)
+            log(f"  loaded in {big_load_s:.1f} s")
+            await small.analyze()
+            await big.analyze()
+            lat = await claim_latency(small, big, rounds=args.latency_rounds, per_round=args.latency_samples,
+                                      log=log)
+            plan_big = await explain_claim(big)
+        finally:
+            for c in raw_conns:
+                await c.close()
+            for t in tenants:
+                await t.core.pool.close()
+            await dbs.drop_all()
+    load_end = loadavg()
+    total_s = time.perf_counter() - t_start
+
+    # ---- report
+    med = {v: {w: statistics.median(xs) for w, xs in by_w.items()} for v, by_w in tput["rounds"].items()}
+    rows = []
+    for w in worker_counts:
+        r = tput["rounds"]
+        rows.append([str(w)] + [f"{med[v][w]:.0f}" for v in ("core", "no-attempts", "core-sql", "bare")] + [
+            f"{paired_ratio(r['core'][w], r['no-attempts'][w]):.2f}",
+            f"{paired_ratio(r['core'][w], r['bare'][w]):.2f}",
+            f"{paired_ratio(r['core'][w], r['core-sql'][w]):.2f}",
+            f"{paired_ratio(r['core-sql'][w], r['bare'][w]):.2f}"])
+    tput_table = fmt_table(rows, ["workers", "core", "no-attempts", "core-sql", "bare",
+                                  "core/no-att", "core/bare", "core/core-sql", "core-sql/bare"])
+
+    s, b = lat["samples"]["small"], lat["samples"]["big"]
+    lat_rows = [[f"{args.small:,}", f"{pct(s, 50) * 1000:.2f}", f"{pct(s, 99) * 1000:.2f}", str(len(s))],
+                [f"{args.big:,}", f"{pct(b, 50) * 1000:.2f}", f"{pct(b, 99) * 1000:.2f}", str(len(b))]]
+    lat_table = fmt_table(lat_rows, ["pending", "p50 ms", "p99 ms", "samples"])
+    p50_ratio = pct(b, 50) / pct(s, 50)
+    p50_ratio_paired = paired_ratio(lat["per_round_p50"]["big"], lat["per_round_p50"]["small"])
+
+    w_target = 4 if 4 in worker_counts else worker_counts[0]
+    r = tput["rounds"]
+    targets = [
+        (f"core >= 0.90 x no-attempts at {w_target} workers (REQ-18)",
+         paired_ratio(r["core"][w_target], r["no-attempts"][w_target]), 0.90, ">="),
+        (f"core >= 0.85 x bare SQL at {w_target} workers",
+         paired_ratio(r["core"][w_target], r["bare"][w_target]), 0.85, ">="),
+        ("claim_next p50 at big backlog <= 1.5 x p50 at 1,000", p50_ratio, 1.5, "<="),
+    ]
+    target_lines = []
+    for name, value, limit, op in targets:
+        ok = value >= limit if op == ">=" else value <= limit
+        target_lines.append(f"- {name}: {value:.2f} -> {'met' if ok else 'MISSED'}")
+
+    all_loads = tput["loadavg_1m"] + lat["loadavg_1m"]
+    machine = (f"{info['nproc']} CPUs ({info['cpu']}), {info['ram_gib']} GiB RAM, PostgreSQL "
+               f"{facts['server_version']} ({server_how}; shared_buffers {facts['shared_buffers']}, "
+               f"synchronous_commit {facts['synchronous_commit']}, fsync {facts['fsync']}), Python "
+               f"{info['python']}, psycopg {info['psycopg']}, event loop {args.loop}")
+    load_line = (f"load average (1 min): {load_start[0]:.2f} at start, {min(all_loads):.2f}-{max(all_loads):.2f}"
+                 f" (median {statistics.median(all_loads):.2f}) during, {load_end[0]:.2f} at end")
+    plan_lines = [ln.strip() for ln in plan_big.splitlines()
+                  if "Scan" in ln or "Execution Time" in ln]
+
+    out = "\n".join([
+        f"Store benchmark, {started}, {'quick' if args.quick else 'full'} run, {total_s:.0f} s",
+        f"machine: {machine}",
+        load_line,
+        "",
+        f"claim_next + complete cycles/s (median of {args.rounds} rounds of {args.seconds:g} s; ratios are the"
+        " median of per-round ratios)",
+        tput_table,
+        "",
+        f"claim_next latency (core path, {args.latency_rounds} alternating rounds of {args.latency_samples})",
+        lat_table,
+        f"p50 ratio {p50_ratio:.2f} (median of per-round p50 ratios {p50_ratio_paired:.2f});"
+        f" big backlog bulk-loaded in {big_load_s:.1f} s",
+        "",
+        "claim_next plan at the big backlog (scan nodes):",
+        *("  " + ln for ln in plan_lines),
+        "",
+        "targets:",
+        *target_lines,
+    ])
+    print(out)
+    if args.explain:
+        print("\nfull plan:\n" + plan_big)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "started": started, "quick": args.quick, "seconds_total": total_s, "machine": info,
+            "postgres": facts, "server": server_how, "loop": args.loop,
+            "loadavg": {"start": load_start, "end": load_end, "during": all_loads},
+            "throughput": {v: {str(w): xs for w, xs in by_w.items()} for v, by_w in tput["rounds"].items()},
+            "latency_ms": {k: {"p50": pct(v, 50) * 1000, "p99": pct(v, 99) * 1000, "n": len(v)}
+                           for k, v in lat["samples"].items()},
+            "latency_backlogs": {"small": args.small, "big": args.big},
+            "targets": [{"name": n, "value": v, "limit": lim, "op": op} for n, v, lim, op in targets],
+            "plan_big": plan_big,
+        }, indent=2, default=str))
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a short run: 2 rounds, 1.5 s, big backlog 100,000")
+    p.add_argument("--workers", default="1,4,16", help="worker counts, comma separated (default 1,4,16)")
+    p.add_argument("--rounds", type=int, help="throughput rounds (default 5, quick 2)")
+    p.add_argument("--seconds", type=float, help="seconds per measurement (default 4, quick 1.5)")
+    p.add_argument("--backlog", type=int, default=30_000, help="pending todos kept for the throughput loops")
+    p.add_argument("--small", type=int, default=1_000, help="small latency backlog (default 1,000)")
+    p.add_argument("--big", type=int, help="big latency backlog (default 1,000,000, quick 100,000)")
+    p.add_argument("--latency-rounds", type=int, help="alternating latency rounds (default 6, quick 2)")
+    p.add_argument("--latency-samples", type=int, help="claims timed per latency round (default 250, quick 100)")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                   help="event loop (uvloop, as uvicorn uses it when installed)")
+    p.add_argument("--explain", action="store_true", help="print the full claim_next plan at the big backlog")
+    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--silent", action="store_true", help="no progress lines on stderr")
+    args = p.parse_args(argv)
+    quick = args.quick
+    args.rounds = args.rounds or (2 if quick else 5)
+    args.seconds = args.seconds or (1.5 if quick else 4.0)
+    args.big = args.big or (100_000 if quick else 1_000_000)
+    args.latency_rounds = args.latency_rounds or (2 if quick else 6)
+    args.latency_samples = args.latency_samples or (100 if quick else 250)
+    return args
+
+
+def run() -> int:
+    args = parse_args()
+    if args.loop == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            args.loop = "asyncio"
+        else:
+            return uvloop.run(main(args))
+    return asyncio.run(main(args))
+
+
+if __name__ == "__main__":
+    sys.exit(run())
