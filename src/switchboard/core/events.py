@@ -44,7 +44,7 @@ class Event:
 
     @property
     def dead_lettered(self) -> bool:
-        return self.final_attempt is not None or (
+        return self.final_attempt is not None or bool(self.extra.get("dead_lettered")) or (
             self.closed_attempt is not None and self.closed_attempt.get("disposition") == "dead_lettered")
 
     def as_dict(self) -> dict:
