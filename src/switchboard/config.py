@@ -39,6 +39,7 @@ class Settings(BaseSettings):
     dev_login: bool = False
     rate_limit_rps: float = Field(20.0, gt=0)
     rate_limit_burst: int = Field(40, ge=1)
+    mcp_auth_cache_seconds: float = Field(2.0, ge=0, le=300)  # credential lookups reused this long
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "text"] = "json"
     doorbell_gate_seconds: float = Field(60.0, ge=0)

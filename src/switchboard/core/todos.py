@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 
 from . import events, inputs, shapes
 from .errors import Conflict, CoreError, Forbidden, Invalid, NotFound
-from .models import Caller, Core, EndpointCaller, HumanCaller, scope_params
+from .models import STATES, Caller, Core, EndpointCaller, HumanCaller, scope_params
 from .queries import Q
 from .secrets import new_lease_token, sha256
 
@@ -57,7 +57,9 @@ def _ttl(core: Core, caller: Caller, value: Any) -> int:
 
 
 def _todo_id(value: Any) -> str:
-    if not isinstance(value, str) or not value or len(value) > 64:
+    # Syntax only (no NUL, control characters or lone surrogates, which PostgreSQL cannot take as
+    # text), so the answer says nothing about which todos exist.
+    if not inputs.is_identifier(value):
         raise Invalid("id must be a todo id string", argument="id")
     return value
 
@@ -105,6 +107,11 @@ async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: Any, 
 
     The caller (surface) has already checked that the endpoint belongs to the producer and is active.
     """
+    if not isinstance(endpoint_id, uuid.UUID):
+        try:
+            endpoint_id = uuid.UUID(endpoint_id)
+        except (TypeError, ValueError, AttributeError):
+            raise Invalid("endpoint_id must be a UUID", argument="endpoint_id") from None
     title = inputs.text(title, "title", max_chars=inputs.TITLE_MAX_CHARS, required=True)
     payload_json = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
     params = {
@@ -115,7 +122,10 @@ async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: Any, 
         "assignee": inputs.text(assignee, "assignee", max_chars=inputs.ASSIGNEE_MAX_CHARS),
         "max_attempts": inputs.max_attempts(max_attempts, core.settings.default_max_attempts),
     }
-    row = await _one(core, Q.todos.create, params)
+    try:
+        row = await _one(core, Q.todos.create, params)
+    except psycopg.errors.ForeignKeyViolation:
+        raise NotFound("endpoint not found", argument="endpoint_id", op="create") from None
     if row is None:
         existing = await _one(core, Q.todos.find_live_duplicate, params)
         if existing is None:  # the duplicate finished between the two statements: try once more
@@ -314,10 +324,10 @@ async def get(core: Core, caller: Caller, todo_id: Any, *, attempts_limit: Any =
         limit = None if owner_view else ATTEMPTS_LIMIT_DEFAULT
     elif isinstance(attempts_limit, bool) or not isinstance(attempts_limit, int):
         raise Invalid("attempts_limit must be an integer", argument="attempts_limit")
-    elif attempts_limit <= 0:
+    elif attempts_limit <= 0:  # a non-positive limit means the default
         limit = ATTEMPTS_LIMIT_DEFAULT
-    else:
-        limit = min(attempts_limit, ATTEMPTS_LIMIT_MAX) if not owner_view else attempts_limit
+    else:  # an endpoint gets at most 50; the owner's view is bounded by the history cap anyway
+        limit = min(attempts_limit, ATTEMPTS_LIMIT_MAX if not owner_view else 2**31 - 1)
     row = await _one(core, Q.todos.get, {**scope_params(caller), "id": todo_id, "attempts_limit": limit})
     if row is None:
         raise NotFound(op="get_todo", todo_id=todo_id)
@@ -333,8 +343,7 @@ async def list_for_endpoint(core: Core, caller: EndpointCaller, *, queue: Any = 
         queues = [name]
     else:
         queues = list(caller.queues)
-    if state is not None and not isinstance(state, str):
-        raise Invalid("state must be a string", argument="state")
+    state = inputs.state(state, STATES)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
         raise Invalid("limit must be an integer", argument="limit")
     n = limit if isinstance(limit, int) and 0 < limit <= LIST_LIMIT_MAX else LIST_LIMIT_DEFAULT
@@ -344,14 +353,21 @@ async def list_for_endpoint(core: Core, caller: EndpointCaller, *, queue: Any = 
         return [shapes.compact(r) for r in await cur.fetchall()]
 
 
+def _human_filters(caller: HumanCaller, endpoint: Any, queue: Any) -> dict:
+    return {"human_id": caller.human_id,
+            "slug": inputs.identifier(endpoint, "endpoint") if endpoint else None,
+            "queue": inputs.queue(queue) if queue else None}
+
+
 async def list_for_human(core: Core, caller: HumanCaller, *, endpoint: str | None = None,
                          queue: str | None = None, state: str | None = None, dead_letter: bool = False,
                          limit: int = 50, offset: int = 0) -> list[dict]:
+    params = _human_filters(caller, endpoint, queue)
+    params.update(state=inputs.state(state, STATES), dead_letter=bool(dead_letter),
+                  limit=inputs.count(limit, "limit", default=50, low=1, high=500),
+                  offset=inputs.count(offset, "offset", default=0, low=0, high=2**31 - 1))
     async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.todos.list_for_human, {
-            "human_id": caller.human_id, "slug": endpoint or None, "queue": queue or None,
-            "state": state or None, "dead_letter": bool(dead_letter),
-            "limit": max(1, min(int(limit), 500)), "offset": max(0, int(offset))})
+        cur = await conn.execute(Q.todos.list_for_human, params)
         rows = await cur.fetchall()
     out = []
     for r in rows:
@@ -365,12 +381,26 @@ async def list_for_human(core: Core, caller: HumanCaller, *, endpoint: str | Non
 async def counts_for_human(core: Core, caller: HumanCaller, *, endpoint: str | None = None,
                            queue: str | None = None) -> dict[str, int]:
     async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.todos.counts_for_human, {
-            "human_id": caller.human_id, "slug": endpoint or None, "queue": queue or None})
+        cur = await conn.execute(Q.todos.counts_for_human, _human_filters(caller, endpoint, queue))
         rows = await cur.fetchall()
     counts = {s: 0 for s in ("pending", "claimed", "input-required", "done", "failed", "canceled")}
     counts["dead_letter"] = 0
     for r in rows:
         counts[r["state"]] = r["n"]
         counts["dead_letter"] += r["dead"]
+    return counts
+
+
+async def queue_counts(core: Core, caller: EndpointCaller, queue: Any) -> dict[str, int]:
+    """Live todos of one granted queue by state (pending, claimed, input-required, retry_scheduled)."""
+    name = inputs.queue(queue)
+    if name not in caller.queues:
+        raise Forbidden(f"queue {name} not in this endpoint's scope", argument="queue", op="queue_counts")
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.todos.queue_counts_for_endpoint,
+                                 {"endpoint_id": caller.endpoint_id, "queue": name})
+        rows = await cur.fetchall()
+    counts = {"pending": 0, "claimed": 0, "input-required": 0, "retry_scheduled": 0}
+    for r in rows:
+        counts["retry_scheduled" if r["state"] == "failed" else r["state"]] += r["n"]
     return counts

@@ -270,3 +270,12 @@ SELECT todos.state, count(*) AS n,
    AND (%(slug)s::text IS NULL OR e.slug = %(slug)s::text)
    AND (%(queue)s::text IS NULL OR todos.queue = %(queue)s::text)
  GROUP BY todos.state
+
+-- name: queue_counts_for_endpoint
+-- Live todos of one endpoint's queue by state: the summary behind the queue resource.
+SELECT todos.state, (todos.next_retry_at IS NOT NULL) AS parked, count(*)::int AS n
+  FROM todos
+ WHERE todos.endpoint_id = %(endpoint_id)s::uuid AND todos.queue = %(queue)s::text
+   AND (todos.state IN ('pending', 'claimed', 'input-required')
+        OR (todos.state = 'failed' AND todos.next_retry_at IS NOT NULL))
+ GROUP BY todos.state, (todos.next_retry_at IS NOT NULL)
