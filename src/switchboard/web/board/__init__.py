@@ -1,0 +1,46 @@
+"""The Board: the web UI where humans see and steer their agents' work (SYSTEM.md section 9).
+
+Starlette routes, Jinja2 templates with autoescape, htmx and Pico CSS served from this package, no
+inline script. Sign-in and sessions live in `login.py` and `sessions.py`, the todos screen and the
+attempt drawer in `todo_pages.py`, vending and revocation in `endpoint_pages.py`, the outcome charts
+in `queue_pages.py`, live updates in `live.py`. `ctx.shared["board"]` is the `kit.Board` object other
+surfaces use to add screens (and `board.nav` to link them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from ..app import AppContext, Component
+from . import endpoint_pages, live, login, queue_pages, todo_pages
+from .kit import Board
+from .sessions import Sessions, load_secret
+
+STATIC = Path(__file__).parent / "static"
+
+
+def component(ctx: AppContext) -> Component:
+    settings = ctx.settings
+    secret = load_secret(settings.secret_key, Path(settings.data_dir))
+    board = Board(settings, Sessions(secret, secure=settings.public_base_url.startswith("https://")))
+    hub = live.LiveHub(board)
+    board.hub = hub  # type: ignore[attr-defined]
+    ctx.shared["board"] = board
+    unsubscribe = []
+
+    async def start() -> None:
+        board.core = ctx.core
+        board.loop = asyncio.get_running_loop()
+        unsubscribe.append(ctx.core.bus.subscribe(hub.publish))
+
+    async def stop() -> None:
+        while unsubscribe:
+            unsubscribe.pop()()
+
+    routes = [*login.routes(), *todo_pages.routes(), *live.routes(), *endpoint_pages.routes(),
+              *queue_pages.routes(), Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
+    return Component(name="board", routes=routes, start=start, stop=stop)

@@ -1,0 +1,131 @@
+"""Live updates over SSE: `GET /events` streams, to each signed-in human, which of their todos moved.
+
+A frame names only the todo id and the verb (`event: todo`, `data: {"id": ..., "verb": ...}`); the page
+then re-reads what it shows through the ordinary scoped routes, so no todo data, summary or artifact
+travels on the stream and a frame reaches only the streams of the human who owns the endpoint.
+
+- The hook bus calls `LiveHub.publish` after commit; with no stream open it returns at once.
+- Per stream a buffer of 16 frames; on overflow a frame is dropped (the page re-reads on the next one).
+- At most 4 streams per session (429 beyond). A stream ends after `STREAM_SECONDS` with a `bye` frame
+  and the browser reconnects, so a server shutdown never waits long on an open page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+from starlette.routing import Route
+
+from ...core import stats
+from ...core.events import Event
+from .kit import NO_STORE, Board
+
+log = logging.getLogger("switchboard.board")
+
+RETRY_MS = 3000
+KEEPALIVE_SECONDS = 15.0
+STREAM_SECONDS = 30.0
+BUFFER = 16
+STREAMS_PER_SESSION = 4
+_OWNER_CACHE = 10_000
+
+
+@dataclass(eq=False)
+class _Stream:
+    human_id: UUID
+    sid: str
+    queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(BUFFER))
+
+
+class LiveHub:
+    def __init__(self, board: Board) -> None:
+        self.board = board
+        self._streams: dict[UUID, set[_Stream]] = {}
+        self._owners: OrderedDict[str, UUID | None] = OrderedDict()
+
+    def open(self, human_id: UUID, sid: str) -> _Stream | None:
+        if sum(1 for s in self._streams.get(human_id, ()) if s.sid == sid) >= STREAMS_PER_SESSION:
+            return None
+        stream = _Stream(human_id, sid)
+        self._streams.setdefault(human_id, set()).add(stream)
+        return stream
+
+    def close(self, stream: _Stream) -> None:
+        group = self._streams.get(stream.human_id)
+        if group is not None:
+            group.discard(stream)
+            if not group:
+                del self._streams[stream.human_id]
+
+    async def _owner(self, endpoint_id: str) -> UUID | None:
+        if endpoint_id in self._owners:
+            self._owners.move_to_end(endpoint_id)
+            return self._owners[endpoint_id]
+        owner = await stats.endpoint_owner(self.board.core, endpoint_id)
+        self._owners[endpoint_id] = owner
+        if len(self._owners) > _OWNER_CACHE:
+            self._owners.popitem(last=False)
+        return owner
+
+    async def publish(self, event: Event) -> None:
+        """Hook-bus subscriber: tell the owner's open streams which todo moved."""
+        if not self._streams or not event.endpoint_id:
+            return
+        owner = await self._owner(event.endpoint_id)
+        streams = self._streams.get(owner) if owner else None
+        if not streams:
+            return
+        if event.verb == "endpoint_revoked":
+            frame = "event: endpoint\ndata: " + json.dumps({"verb": event.verb}) + "\n\n"
+        else:
+            frame = "event: todo\ndata: " + json.dumps({"id": event.todo_id, "verb": event.verb}) + "\n\n"
+        for stream in list(streams):
+            with contextlib.suppress(asyncio.QueueFull):
+                stream.queue.put_nowait(frame)
+
+
+async def events(request: Request) -> Response:
+    board: Board = request.app.state.ctx.shared["board"]
+    hub: LiveHub = board.hub  # type: ignore[attr-defined]
+    who = await board.signed_in(request)
+    if who is None:
+        return HTMLResponse("sign in first", status_code=401, headers=NO_STORE)
+    stream = hub.open(who[0].human_id, who[1].sid)
+    if stream is None:
+        return HTMLResponse("too many streams", status_code=429, headers=NO_STORE)
+
+    async def frames():
+        try:
+            yield f"retry: {RETRY_MS}\n\n"
+            end = time.monotonic() + STREAM_SECONDS
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    yield "event: bye\ndata: {}\n\n"
+                    return
+                try:
+                    frame = await asyncio.wait_for(stream.queue.get(), timeout=min(KEEPALIVE_SECONDS, left))
+                except asyncio.TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                yield frame
+        finally:
+            hub.close(stream)
+
+    return StreamingResponse(frames(), media_type="text/event-stream",
+                             headers={**NO_STORE, "X-Accel-Buffering": "no"},
+                             background=BackgroundTask(hub.close, stream))
+
+
+def routes() -> list[Route]:
+    return [Route("/events", events, methods=["GET"])]

@@ -1,0 +1,147 @@
+"""Sign-in, sign-out and the dev login (SYSTEM.md section 9).
+
+`POST /login` checks the sign-in form token first (403 when it is missing or wrong), then the
+throttle (429 while an account or address must wait), then the password. `POST /auth/dev-login`
+exists only when `SWITCHBOARD_DEV_LOGIN=1`; otherwise both its methods answer 404.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from ...core import humans
+from ...core.errors import Conflict, NotFound
+from .kit import AUTH_BODY_CAP, NO_STORE, Board, BodyTooLarge, human_post, safe_next
+from .sessions import LOGIN_COOKIE, LOGIN_FORM_SECONDS, SESSION_COOKIE, SESSION_SECONDS
+
+log = logging.getLogger("switchboard.board")
+
+DEV_HUMAN = "dev"
+
+
+def _board(request: Request) -> Board:
+    return request.app.state.ctx.shared["board"]
+
+
+def _client(request: Request) -> str | None:
+    return request.client.host if request.client else None
+
+
+def _login_page(board: Board, request: Request, *, next_path: str, status: int = 200, error: str | None = None,
+                name: str = "", headers: dict | None = None) -> Response:
+    token = request.cookies.get(LOGIN_COOKIE)
+    if not token or len(token) > 128:
+        token = board.sessions.new_login_token()
+    response = board.page(request, None, "login.html", status=status, headers=headers, title="Sign in",
+                          login_token=token, next_path=next_path, error=error, name=name,
+                          dev_login=board.settings.dev_login)
+    response.set_cookie(LOGIN_COOKIE, token, max_age=LOGIN_FORM_SECONDS, **board.sessions.cookie_args())
+    return response
+
+
+def _signed_in_response(board: Board, human_id, next_path: str) -> Response:  # noqa: ANN001
+    value, _ = board.sessions.issue(human_id)
+    response = RedirectResponse(next_path, status_code=303, headers=NO_STORE)
+    response.set_cookie(SESSION_COOKIE, value, max_age=SESSION_SECONDS, **board.sessions.cookie_args())
+    response.delete_cookie(LOGIN_COOKIE, **board.sessions.cookie_args())
+    return response
+
+
+async def home(request: Request) -> Response:
+    board = _board(request)
+    who = await board.signed_in(request)
+    return RedirectResponse("/todos" if who else "/login", status_code=303, headers=NO_STORE)
+
+
+async def login_form(request: Request) -> Response:
+    board = _board(request)
+    next_path = safe_next(request.query_params.get("next"))
+    if await board.signed_in(request):
+        return RedirectResponse(next_path, status_code=303, headers=NO_STORE)
+    return _login_page(board, request, next_path=next_path)
+
+
+async def login_submit(request: Request) -> Response:
+    board = _board(request)
+    try:
+        form = await board.form(request, AUTH_BODY_CAP)
+    except BodyTooLarge:
+        return HTMLResponse("request body too large", status_code=413, headers=NO_STORE)
+    next_path = safe_next(form.get("next"))
+    if not board.sessions.login_token_ok(request.cookies.get(LOGIN_COOKIE), _str(form.get("login_token"))):
+        return _login_page(board, request, next_path=next_path, status=403,
+                           error="The sign-in form had expired or was not sent from this site. Please try again.")
+    name = _str(form.get("name")).strip()
+    password = _str(form.get("password"))
+    if not name or not password:
+        return _login_page(board, request, next_path=next_path, status=400, name=name,
+                           error="Enter your user name and your password.")
+    address = _client(request)
+    wait = board.throttle.wait_seconds(name, address)
+    if wait:
+        log.warning("sign-in throttled", extra={"reason": "throttled", "client": address})
+        return _login_page(board, request, next_path=next_path, status=429, name=name,
+                           headers={"Retry-After": str(wait)},
+                           error=f"Too many failed sign-ins for this account or address. "
+                                 f"Try again in {wait} seconds.")
+    human = await humans.verify_password(board.core, name[:64], password[:1024])
+    if human is None:
+        board.throttle.failed(name, address)
+        log.info("sign-in failed", extra={"reason": "bad_credentials", "client": address})
+        return _login_page(board, request, next_path=next_path, status=401, name=name,
+                           error="That user name and password do not match.")
+    board.throttle.succeeded(name)
+    log.info("signed in", extra={"human": human.name})
+    return _signed_in_response(board, human.human_id, next_path)
+
+
+@human_post
+async def logout(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+    board.sessions.revoke(who[1])
+    response = RedirectResponse("/login", status_code=303, headers=NO_STORE)
+    response.delete_cookie(SESSION_COOKIE, **board.sessions.cookie_args())
+    return response
+
+
+async def dev_login(request: Request) -> Response:
+    board = _board(request)
+    if not board.settings.dev_login:
+        return HTMLResponse("Not Found", status_code=404, headers=NO_STORE)
+    if request.method != "POST":
+        return RedirectResponse("/login", status_code=303, headers=NO_STORE)
+    try:
+        form = await board.form(request, AUTH_BODY_CAP)
+    except BodyTooLarge:
+        return HTMLResponse("request body too large", status_code=413, headers=NO_STORE)
+    next_path = safe_next(form.get("next"))
+    if not board.sessions.login_token_ok(request.cookies.get(LOGIN_COOKIE), _str(form.get("login_token"))):
+        return _login_page(board, request, next_path=next_path, status=403,
+                           error="The sign-in form had expired or was not sent from this site. Please try again.")
+    log.warning("DEV LOGIN used: no password checked (SWITCHBOARD_DEV_LOGIN=1; never enable this in production)",
+                extra={"reason": "dev_login", "client": _client(request)})
+    try:
+        human = await humans.by_name(board.core, DEV_HUMAN)
+    except NotFound:
+        try:
+            human = await humans.add(board.core, DEV_HUMAN, None)
+        except Conflict:
+            human = await humans.by_name(board.core, DEV_HUMAN)
+    return _signed_in_response(board, human.human_id, next_path)
+
+
+def _str(value) -> str:  # noqa: ANN001
+    return value if isinstance(value, str) else ""
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/", home, methods=["GET"]),
+        Route("/login", login_form, methods=["GET"]),
+        Route("/login", login_submit, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/auth/dev-login", dev_login, methods=["GET", "POST"]),
+    ]
