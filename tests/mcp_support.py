@@ -1,0 +1,128 @@
+"""Helpers for the MCP and producer-API tests: vending through the core, the official SDK client over
+HTTP (httpx2 carries the bearer header, stack.md P3), and a raw JSON-RPC client for status codes."""
+
+from __future__ import annotations
+
+import json
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import httpx
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from switchboard.core import endpoints, humans, todos
+
+ACCEPT = "application/json, text/event-stream"
+
+
+@dataclass
+class Agent:
+    """A vended endpoint as a test sees it."""
+
+    slug: str
+    credential: str
+    endpoint_id: str
+    human: object
+    queues: list[str] = field(default_factory=list)
+
+    def url(self, base: str) -> str:
+        return f"{base}/mcp/{self.slug}"
+
+
+async def vend(core, human_name: str = "alice", *, agent: str = "bot", queues=None, verbs=None,
+               lease_ttl=None) -> Agent:
+    try:
+        human = await humans.by_name(core, human_name)
+    except Exception:  # noqa: BLE001
+        human = await humans.add(core, human_name, "password123")
+    ep, credential = await endpoints.vend(core, human, agent=agent, queues=queues, verbs=verbs, lease_ttl=lease_ttl)
+    return Agent(slug=ep["slug"], credential=credential, endpoint_id=ep["endpoint_id"], human=human,
+                 queues=ep["queues"])
+
+
+async def push(core, agent: Agent, title: str = "t", *, queue: str | None = None, **kw) -> dict:
+    todo, _ = await todos.create(core, endpoint_id=agent.endpoint_id, queue=queue or agent.queues[0], title=title,
+                                 source="operator", **kw)
+    return todo
+
+
+@asynccontextmanager
+async def sdk(base: str, agent: Agent, *, mode: str = "legacy", credential: str | None = None, sessions=None,
+              **client_kw):
+    """The official SDK client on `agent`'s endpoint. `sessions` (a list) collects Mcp-Session-Id values."""
+
+    async def remember(response: httpx2.Response) -> None:
+        sid = response.headers.get("mcp-session-id")
+        if sid and sessions is not None and sid not in sessions:
+            sessions.append(sid)
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {credential or agent.credential}"},
+                              timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [remember]})
+    async with http:
+        async with Client(streamable_http_client(agent.url(base), http_client=http), mode=mode, **client_kw) as c:
+            yield c
+
+
+def body(result) -> dict:
+    """A tool result's structured content, checked to equal its text block."""
+    assert result.structured_content == json.loads(result.content[0].text)
+    return result.structured_content
+
+
+class Raw:
+    """Plain JSON-RPC over HTTP for what the SDK client hides: status codes, headers, raw bodies."""
+
+    def __init__(self, base: str, slug: str, credential: str | None, **headers: str) -> None:
+        self.url = f"{base}/mcp/{slug}"
+        self.headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
+        if credential is not None:
+            self.headers["Authorization"] = f"Bearer {credential}"
+        self.headers.update(headers)
+        self.session_id: str | None = None
+        self.http = httpx.Client(timeout=30)
+        self._id = 0
+
+    def post(self, method: str, params: dict | None = None, *, notify: bool = False, **headers: str) -> httpx.Response:
+        msg: dict = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        if not notify:
+            self._id += 1
+            msg["id"] = self._id
+        h = dict(self.headers)
+        if self.session_id:
+            h["Mcp-Session-Id"] = self.session_id
+            h["MCP-Protocol-Version"] = "2025-11-25"
+        h.update(headers)
+        return self.http.post(self.url, content=json.dumps(msg), headers=h)
+
+    def initialize(self, capabilities: dict | None = None) -> httpx.Response:
+        r = self.post("initialize", {"protocolVersion": "2025-11-25", "capabilities": capabilities or {},
+                                     "clientInfo": {"name": "raw", "version": "0"}})
+        if r.status_code == 200:
+            self.session_id = r.headers.get("mcp-session-id")
+            assert self.post("notifications/initialized", notify=True).status_code == 202
+        return r
+
+    def call(self, name: str, arguments: dict | None = None) -> httpx.Response:
+        return self.post("tools/call", {"name": name, "arguments": arguments or {}})
+
+    def close(self) -> None:
+        self.http.close()
+
+
+async def eventually(probe, timeout: float = 5.0, interval: float = 0.02):
+    """Poll `probe()` until it returns something truthy (then return it) or fail after `timeout`."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(interval)
