@@ -25,7 +25,7 @@ import json
 import re
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from a2ui.builder.v0_9 import Action, Button, Card, Column, Divider, OpenUrl, Row, Text
 from a2ui.core.basic_catalog import BasicCatalog
@@ -98,7 +98,14 @@ def attempt_header(a: dict) -> str:
 
 
 def _is_https(value: str | None) -> bool:
-    return bool(value) and value.lower().startswith("https://") and len(value) > len("https://")
+    """A link is offered only for an absolute https URL with a host (an `mcp://cairn/` id stays text)."""
+    if not value:
+        return False
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return False
+    return parts.scheme.lower() == "https" and bool(parts.netloc)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -136,6 +143,7 @@ def _attempt_card(a: dict) -> Card:
         lines.append(Text(text=a["summary"]))
     if a["artifact"] is not None:
         if _is_https(a["artifact"]):
+            lines.append(Text(text="artifact", variant="caption"))
             lines.append(Button(child=Text(text=a["artifact"]), variant="borderless",
                                 action=Action(function_call=OpenUrl(url=a["artifact"]))))
         else:
