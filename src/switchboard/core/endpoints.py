@@ -39,14 +39,16 @@ async def vend(core: Core, human: HumanCaller, *, agent: Any, queues: list[str] 
                expires_at: datetime | None = None) -> tuple[dict, str]:
     """Vend an endpoint for one of the human's agents. Returns (endpoint, credential shown once)."""
     agent_name = inputs.text(agent, "agent", max_chars=64, required=True)
-    queue_list = list(dict.fromkeys(inputs.queue(q) for q in (queues or ["inbox"])))
-    verb_list = list(dict.fromkeys(verbs or DEFAULT_VERBS))
+    queue_list = list(dict.fromkeys(inputs.queue(q) for q in inputs.string_list(queues or ["inbox"], "queue")))
+    verb_list = list(dict.fromkeys(inputs.string_list(verbs or DEFAULT_VERBS, "verb")))
     unknown = [v for v in verb_list if v not in VERBS]
     if unknown:
         raise Invalid(f"unknown verb {unknown[0]}; known verbs: {', '.join(VERBS)}", argument="verb")
     if lease_ttl is not None and (isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int)
                                   or not 60 <= lease_ttl <= 86400):
         raise Invalid("lease_ttl must be from 60 to 86400 seconds", argument="lease_ttl")
+    if expires_at is not None and not isinstance(expires_at, datetime):
+        raise Invalid("expires_at must be a timestamp", argument="expires_at")
     credential = new_credential()
     async with core.pool.connection() as conn, conn.transaction():
         cur = await conn.execute(Q.endpoints.upsert_agent, {"human_id": human.human_id, "name": agent_name})
@@ -82,7 +84,7 @@ async def list_for_human(core: Core, human: HumanCaller) -> list[dict]:
 
 async def get_for_human(core: Core, human: HumanCaller, slug: Any) -> dict:
     """The raw endpoint row when the human owns it; another human's slug is not_found."""
-    if not isinstance(slug, str) or len(slug) > 64:
+    if not inputs.is_identifier(slug):
         raise NotFound("endpoint not found", argument="slug")
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.endpoints.by_slug_for_human, {"slug": slug, "human_id": human.human_id})

@@ -27,10 +27,20 @@ def _name(value: Any) -> str:
     return value
 
 
+def _password(value: Any) -> str:
+    if not isinstance(value, str) or "\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise Invalid("password must be text", argument="password")
+    if len(value) < 8:
+        raise Invalid("password must be at least 8 characters", argument="password")
+    if len(value) > 1024:
+        raise Invalid("password must be at most 1024 characters", argument="password")
+    return value
+
+
 async def add(core: Core, name: Any, password: str | None = None) -> HumanCaller:
     name = _name(name)
-    if password is not None and len(password) < 8:
-        raise Invalid("password must be at least 8 characters", argument="password")
+    if password is not None:
+        password = _password(password)
     pw_hash = _hasher.hash(password) if password else None
     try:
         async with core.pool.connection() as conn:
@@ -42,6 +52,8 @@ async def add(core: Core, name: Any, password: str | None = None) -> HumanCaller
 
 
 async def by_name(core: Core, name: str) -> HumanCaller:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise NotFound("no user by that name", argument="user")
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.humans.by_name, {"name": name})
         row = await cur.fetchone()
@@ -58,9 +70,14 @@ async def by_id(core: Core, human_id: Any) -> HumanCaller | None:
 
 
 async def verify_password(core: Core, name: str, password: str) -> HumanCaller | None:
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.humans.by_name, {"name": name})
-        row = await cur.fetchone()
+    row = None
+    if isinstance(name, str) and _NAME.match(name):
+        async with core.pool.connection() as conn:
+            cur = await conn.execute(Q.humans.by_name, {"name": name})
+            row = await cur.fetchone()
+    if not isinstance(password, str):
+        return None
+    password = password.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     stored = row["password_hash"] if row and row["password_hash"] else _DUMMY_HASH
     try:
         _hasher.verify(stored, password)
@@ -72,8 +89,7 @@ async def verify_password(core: Core, name: str, password: str) -> HumanCaller |
 
 
 async def set_password(core: Core, human: HumanCaller, password: str) -> None:
-    if len(password) < 8:
-        raise Invalid("password must be at least 8 characters", argument="password")
+    password = _password(password)
     async with core.pool.connection() as conn:
         await conn.execute(Q.humans.set_password, {"id": human.human_id, "password_hash": _hasher.hash(password)})
 

@@ -28,6 +28,9 @@ ASSIGNEE_MAX_CHARS = 200
 _CAIRN = re.compile(r"^mcp://cairn/[A-Za-z0-9_-]{1,64}$")
 _QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 _CONTROL = {"Cc", "Cf", "Cs", "Co", "Cn"}
+# C0 controls and DEL, except tab, newline and carriage return: never part of a title, key or label.
+_BAD_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_IDENT_BAD = re.compile(r"[\x00-\x20\x7f\ud800-\udfff]")
 
 
 def _utf8(text: str) -> str:
@@ -115,6 +118,8 @@ def json_value(value: Any, argument: str, max_bytes: int) -> str | None:
     try:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         raw = text.encode("utf-8")
+    except RecursionError:
+        raise Invalid(f"{argument} is nested too deeply", argument=argument) from None
     except (TypeError, ValueError, UnicodeEncodeError):
         raise Invalid(f"{argument} must be JSON made of valid UTF-8 text", argument=argument) from None
     if "\\u0000" in text:
@@ -135,9 +140,47 @@ def text(value: Any, argument: str, *, max_chars: int, required: bool = False) -
         raise Invalid(f"{argument} must be valid UTF-8 text", argument=argument)
     if len(value) > max_chars:
         raise Invalid(f"{argument} must be at most {max_chars} characters", argument=argument)
+    if _BAD_CONTROL.search(value):
+        raise Invalid(f"{argument} must not contain control characters", argument=argument)
     if required and not value.strip():
         raise Invalid(f"{argument} is required", argument=argument)
     return value
+
+
+def identifier(value: Any, argument: str, *, max_chars: int = 64) -> str:
+    """An id or slug: a non-empty string without whitespace, control characters or lone surrogates."""
+    if not isinstance(value, str) or not value or len(value) > max_chars or _IDENT_BAD.search(value):
+        raise Invalid(f"{argument} must be an identifier of 1-{max_chars} printable characters",
+                      argument=argument)
+    return value
+
+
+def is_identifier(value: Any, *, max_chars: int = 64) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= max_chars and not _IDENT_BAD.search(value)
+
+
+def string_list(value: Any, argument: str) -> list:
+    """A list (or tuple) of strings; a bare string is refused rather than split into characters."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise Invalid(f"{argument} must be a list of strings", argument=argument)
+    return list(value)
+
+
+def state(value: Any, states: tuple[str, ...], argument: str = "state") -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or value not in states:
+        raise Invalid(f"{argument} must be one of {', '.join(states)}", argument=argument)
+    return value
+
+
+def count(value: Any, argument: str, *, default: int, low: int, high: int) -> int:
+    """A non-negative integer option; None is the default, values are clamped to [low, high]."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Invalid(f"{argument} must be an integer", argument=argument)
+    return max(low, min(value, high))
 
 
 def queue(value: Any, argument: str = "queue") -> str:

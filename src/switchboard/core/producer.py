@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import todos
+from . import inputs, todos
 from .endpoints import get_for_human
 from .errors import Invalid
 from .models import Core, HumanCaller
@@ -22,8 +22,9 @@ async def push(core: Core, human: HumanCaller, slug: Any, *, title: Any, queue: 
         if len(queues) != 1:
             raise Invalid(f"queue is required: this endpoint has queues {', '.join(queues)}", argument="queue")
         queue = queues[0]
+    queue = inputs.queue(queue)
     if queue not in queues:
-        raise Invalid(f"queue {queue!s:.64} is not one of this endpoint's queues ({', '.join(queues)})",
+        raise Invalid(f"queue {queue} is not one of this endpoint's queues ({', '.join(queues)})",
                       argument="queue")
     return await todos.create(core, endpoint_id=endpoint["id"], queue=queue, title=title, payload=payload,
                               kind=kind, source=source, key=key, max_attempts=max_attempts, assignee=assignee)
