@@ -209,9 +209,13 @@ class McpSurface:
             raise MCPError(code=INVALID_PARAMS, message=f"unknown tool {params.name[:64]!r}")
         caller = _caller(ctx).with_session(_session_id(ctx))
         done = await tools.call(self.ctx.core, caller, tool, params.arguments)
+        elapsed = time.perf_counter() - started
+        observe = self.ctx.shared.get("observe_tool_call")  # the metrics surface's latency histogram
+        if observe is not None:
+            observe(tool.name, elapsed, done.outcome)
         log.info("tool call", extra={
             "endpoint": caller.slug, "verb": tool.name, "todo_id": done.todo_id, "outcome": done.outcome,
-            "attempt_seq": done.attempt_seq, "latency_ms": round((time.perf_counter() - started) * 1000, 2)})
+            "attempt_seq": done.attempt_seq, "latency_ms": round(elapsed * 1000, 2)})
         return done.result
 
     # ------------------------------------------------------------------------------- resources

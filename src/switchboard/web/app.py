@@ -35,6 +35,7 @@ COMPONENTS = (
     "switchboard.web.metrics",
     "switchboard.web.hooks",
     "switchboard.mcp.server",
+    "switchboard.mcp.doorbell",
     "switchboard.mcp.a2ui",
     "switchboard.web.api",
     "switchboard.web.board",

@@ -1,0 +1,20 @@
+"""Scrape-time reads for the metrics surface: aggregates only (counts and ages per queue)."""
+
+from __future__ import annotations
+
+from .models import Core
+from .queries import Q
+
+GAUGE_STATES = ("pending", "claimed", "input-required", "retry_scheduled", "dead_letter")
+
+
+async def queue_states(core: Core) -> tuple[list[dict], list[str]]:
+    """(rows of queue, state, n, oldest_seconds; the queues granted to active endpoints), read in one
+    transaction bounded by a 5 s statement timeout."""
+    async with core.pool.connection() as conn, conn.transaction():
+        await conn.execute(Q.gauges.statement_timeout)
+        cur = await conn.execute(Q.gauges.queue_states)
+        rows = await cur.fetchall()
+        cur = await conn.execute(Q.gauges.scoped_queues)
+        scoped = [r["queue"] for r in await cur.fetchall()]
+    return rows, scoped

@@ -1,0 +1,272 @@
+"""Notify hooks (SYSTEM.md section 10): per-endpoint outbound webhooks for todo events.
+
+A hook belongs to one endpoint and is managed by the endpoint's owning human. The transition trigger
+of migration 0003 writes one outbox row per subscribed hook in the transition's own transaction; the
+sender (`switchboard.web.hooks`) delivers them after commit with the functions at the end of this
+module. The signing secret (`whsec_…`) is returned once, at creation.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import secrets
+import uuid
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from . import shapes
+from .endpoints import get_for_human
+from .errors import Conflict, Invalid, NotFound
+from .models import Core, HumanCaller
+from .queries import Q
+
+EVENTS = ("todo.created", "todo.ready", "todo.completed", "todo.dead_lettered")
+MAX_PER_ENDPOINT = 5
+URL_MAX_BYTES = 2048
+BODY_MAX_BYTES = 4096
+
+
+def new_secret() -> str:
+    """`whsec_` + padded standard base64 of 32 random bytes (the Standard Webhooks key format)."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+
+
+# ------------------------------------------------------------------------------- target checks
+
+def address_refusal(address: str) -> str | None:
+    """Why an IP address may not receive hooks (None when it may): anything not globally routable.
+
+    Loopback, private (RFC 1918, unique-local), link-local, CGNAT, unspecified, multicast and
+    reserved ranges are refused; an IPv4-mapped IPv6 address is judged as its IPv4 address.
+    """
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return "not an IP address"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return "loopback address"
+    if ip.is_link_local:
+        return "link-local address"
+    if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
+        return "non-unicast address"
+    if ip.is_private or not ip.is_global:
+        return "private address"
+    return None
+
+
+def check_url(url: Any, *, allow_private: bool) -> str:
+    """Validate a hook target. https only, no credentials in the URL, at most 2048 bytes; an IP
+    literal must be public. Host names are resolved and checked again before every attempt.
+
+    `allow_private` (SWITCHBOARD_HOOKS_ALLOW_PRIVATE, tests only) also admits plain http.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise Invalid("url is required", argument="url")
+    url = url.strip()
+    if len(url.encode("utf-8")) > URL_MAX_BYTES:
+        raise Invalid(f"url must be at most {URL_MAX_BYTES} bytes", argument="url")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise Invalid("url is not a valid URL", argument="url") from None
+    schemes = ("https", "http") if allow_private else ("https",)
+    if parts.scheme not in schemes:
+        raise Invalid("url must use https", argument="url")
+    if not parts.hostname:
+        raise Invalid("url must name a host", argument="url")
+    if parts.username is not None or parts.password is not None:
+        raise Invalid("url must not carry credentials", argument="url")
+    if parts.fragment:
+        raise Invalid("url must not have a fragment", argument="url")
+    if port == 0:
+        raise Invalid("url has an invalid port", argument="url")
+    if not allow_private:
+        try:
+            ipaddress.ip_address(parts.hostname)
+            literal = True
+        except ValueError:
+            literal = False
+        if literal and (why := address_refusal(parts.hostname)):
+            raise Invalid(f"url points at a {why}; hooks go to public https targets only", argument="url")
+        if parts.hostname.rstrip(".").lower() in ("localhost",) or parts.hostname.endswith(".localhost"):
+            raise Invalid("url points at a loopback address; hooks go to public https targets only",
+                          argument="url")
+    return url
+
+
+def redact(url: str) -> str:
+    """The URL as lists show it: a query string (which may carry a token) is replaced."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "redacted" if parts.query else "", ""))
+
+
+def _events(values: Any) -> list[str]:
+    if values is None or values == []:
+        return list(EVENTS)
+    if isinstance(values, str):
+        values = [values]
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
+        raise Invalid("events must be a list of event names", argument="events")
+    unknown = [v for v in values if v not in EVENTS]
+    if unknown:
+        raise Invalid(f"unknown event {unknown[0]!s:.64}; known events: {', '.join(EVENTS)}", argument="events")
+    return list(dict.fromkeys(values))
+
+
+def public(row: dict) -> dict:
+    """A hook as its owner sees it in lists: never the secret; the URL query redacted."""
+    return {
+        "hook_id": str(row["id"]),
+        "endpoint": row["endpoint_slug"],
+        "url": redact(row["url"]),
+        "events": list(row["events"]),
+        "enabled": row["enabled"],
+        "created_at": shapes.ts(row["created_at"]),
+        "last_attempt_at": shapes.ts(row["last_attempt_at"]),
+        "last_status": row["last_status"],
+        "last_error": row["last_error"],
+        "consecutive_failures": row["consecutive_failures"],
+        "disabled_reason": row["disabled_reason"],
+    }
+
+
+# ------------------------------------------------------------------------------ the owner's API
+
+async def add(core: Core, human: HumanCaller, slug: Any, *, url: Any, events: Any = None) -> tuple[dict, str]:
+    """Subscribe a URL to an endpoint's todo events. Returns (hook, signing secret shown once)."""
+    endpoint = await get_for_human(core, human, slug)
+    if endpoint["state"] != "active":
+        raise Invalid("endpoint is revoked", argument="endpoint")
+    target = check_url(url, allow_private=core.settings.hooks_allow_private)
+    names = _events(events)
+    secret = new_secret()
+    async with core.pool.connection() as conn, conn.transaction():
+        # The endpoint row lock serialises concurrent adds, so the ceiling holds under races.
+        cur = await conn.execute(Q.hooks.lock_endpoint, {"endpoint_id": endpoint["id"]})
+        if await cur.fetchone() is None:
+            raise Invalid("endpoint is revoked", argument="endpoint")
+        cur = await conn.execute(Q.hooks.count_for_endpoint, {"endpoint_id": endpoint["id"]})
+        if (await cur.fetchone())["n"] >= MAX_PER_ENDPOINT:
+            raise Conflict(f"an endpoint has at most {MAX_PER_ENDPOINT} notify hooks; remove one first",
+                           argument="url")
+        cur = await conn.execute(Q.hooks.insert, {
+            "endpoint_id": endpoint["id"], "slug": endpoint["slug"], "url": target, "events": names,
+            "secret": secret, "human_id": human.human_id})
+        row = await cur.fetchone()
+    out = public(row)
+    out["url"] = row["url"]
+    return out, secret
+
+
+async def list_for_endpoint(core: Core, human: HumanCaller, slug: Any) -> list[dict]:
+    endpoint = await get_for_human(core, human, slug)
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.hooks.for_endpoint, {"endpoint_id": endpoint["id"]})
+        return [public(r) for r in await cur.fetchall()]
+
+
+def _hook_id(value: Any) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise NotFound("notify hook not found", argument="hook_id") from None
+
+
+async def remove(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = None) -> dict:
+    """Delete a hook of one of the human's endpoints (with its pending notifications and log).
+
+    Another human's hook and an unknown id are the same not_found. With `slug`, the hook must also
+    belong to that endpoint."""
+    hid = _hook_id(hook_id)
+    if slug is not None:
+        endpoint = await get_for_human(core, human, slug)
+        async with core.pool.connection() as conn:
+            cur = await conn.execute(Q.hooks.for_endpoint, {"endpoint_id": endpoint["id"]})
+            if hid not in {r["id"] for r in await cur.fetchall()}:
+                raise NotFound("notify hook not found", argument="hook_id")
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.hooks.remove_for_human, {"id": hid, "human_id": human.human_id})
+        row = await cur.fetchone()
+    if row is None:
+        raise NotFound("notify hook not found", argument="hook_id")
+    return public(row)
+
+
+async def deliveries(core: Core, human: HumanCaller, *, slug: Any = None, hook_id: Any = None,
+                     limit: int = 50, with_attempts: bool = False) -> list[dict]:
+    """The delivery log of the human's hooks, newest first (for the Board, the CLI and the API)."""
+    if slug is not None:
+        await get_for_human(core, human, slug)
+    hid = _hook_id(hook_id) if hook_id is not None else None
+    n = max(1, min(int(limit), 500))
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.hooks.deliveries_for_human, {
+            "human_id": human.human_id, "slug": slug, "hook_id": hid, "limit": n})
+        rows = await cur.fetchall()
+        out = []
+        for r in rows:
+            item = {
+                "delivery_id": r["id"], "message_id": r["message_id"], "hook_id": str(r["hook_id"]),
+                "endpoint": r["endpoint_slug"], "url": redact(r["url"]), "event": r["event"],
+                "todo_id": r["todo_id"], "state": r["state"], "attempts": r["attempts"],
+                "created_at": shapes.ts(r["created_at"]),
+                "next_attempt_at": shapes.ts(r["next_attempt_at"]) if r["state"] == "pending" else None,
+                "finished_at": shapes.ts(r["finished_at"]),
+                "last_attempt_at": shapes.ts(r["last_attempt_at"]), "last_status_code": r["last_status_code"],
+                "last_result": r["last_result"], "last_error": r["last_error"],
+                "last_duration_ms": r["last_duration_ms"],
+            }
+            if with_attempts:
+                c2 = await conn.execute(Q.hooks.attempts_for_outbox, {"outbox_id": r["id"]})
+                item["attempt_log"] = [
+                    {"attempt": a["attempt"], "started_at": shapes.ts(a["started_at"]),
+                     "duration_ms": a["duration_ms"], "status_code": a["status_code"], "result": a["result"],
+                     "error": a["error"]} for a in await c2.fetchall()]
+            out.append(item)
+    return out
+
+
+# ------------------------------------------------------------------------------ the sender's side
+
+async def claim_due(core: Core, *, limit: int, per_hook: int, lease_seconds: float,
+                    busy: list[uuid.UUID] | None = None) -> list[dict]:
+    """Take due notifications under a lease; each comes with its hook's URL and secret."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.hooks.claim_due, {
+            "limit": limit, "per_hook": per_hook, "lease": lease_seconds, "busy": list(busy or [])})
+        return await cur.fetchall()
+
+
+async def record_attempt(core: Core, *, outbox_id: int, attempt: int, started_at: datetime, duration_ms: int,
+                         status_code: int | None, result: str, error: str | None, state: str,
+                         retry_in: float = 0.0, disable_after: int = 10) -> bool | None:
+    """Log one attempt and settle the outbox row: `delivered`, `failed`, or `pending` again after
+    `retry_in` seconds. Returns whether the hook is still enabled (None when it was removed)."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.hooks.record_attempt, {
+            "outbox_id": outbox_id, "attempt": attempt, "started_at": started_at, "duration_ms": duration_ms,
+            "status_code": status_code, "result": result, "error": error[:256] if error else None,
+            "state": state, "retry_in": retry_in, "disable_after": disable_after})
+        row = await cur.fetchone()
+        if row is not None and not row["enabled"]:
+            await conn.execute(Q.hooks.fail_pending_of_disabled, {})
+    return None if row is None else row["enabled"]
+
+
+async def next_due_in(core: Core) -> float | None:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.hooks.next_due_in, {})
+        row = await cur.fetchone()
+    return None if row is None or row["seconds"] is None else float(row["seconds"])
+
+
+async def prune(core: Core, *, days: int = 7) -> int:
+    """Forget settled notifications (and their attempt log) older than `days`."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.hooks.prune_finished, {"days": days})
+        return cur.rowcount

@@ -1,0 +1,43 @@
+"""What the doorbell reads and writes: ready todos to ring, and the re-ring of unclaimed ones.
+
+Ringing itself (MCP notifications to live sessions) is the surface's business (`mcp/doorbell.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+from uuid import UUID
+
+from .models import Core
+from .queries import Q
+
+# The widening interval between re-rings of a pending todo nobody claims (seconds): 5 min after it
+# became pending, then 20 min, 1 h and 6 h after each previous ring; at most MAX_RERINGS.
+RERING_INTERVALS: tuple[float, ...] = (300.0, 1200.0, 3600.0, 21600.0)
+MAX_RERINGS = 5  # also literal in rings.sql and in the todos_rering index predicate
+
+
+async def pending_by_ids(core: Core, ids: Iterable[str]) -> list[dict]:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.rings.pending_by_ids, {"ids": list(ids)})
+        return await cur.fetchall()
+
+
+async def oldest_pending(core: Core, endpoint_id: UUID | str, queues: Iterable[str], limit: int = 5) -> list[dict]:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.rings.oldest_pending, {
+            "endpoint_id": endpoint_id, "queues": list(queues), "limit": limit})
+        return await cur.fetchall()
+
+
+async def rering_due(core: Core, endpoint_ids: Iterable[UUID | str], *,
+                     intervals: tuple[float, ...] = RERING_INTERVALS, per_endpoint: int = 3) -> list[dict]:
+    """Count one more ring on the due todos of these endpoints; their wake-ups go out at commit."""
+    ids = [str(e) for e in endpoint_ids]
+    if not ids:
+        return []
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.rings.rering_due, {
+            "endpoints": ids, "intervals": list(intervals), "min_interval": min(intervals),
+            "per_endpoint": per_endpoint})
+        return await cur.fetchall()

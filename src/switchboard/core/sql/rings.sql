@@ -1,0 +1,46 @@
+-- The doorbell's reads and its re-ring (SYSTEM.md section 10). Rings never change a todo's state.
+
+-- name: pending_by_ids
+-- The todos named by wake-ups that are still waiting to be claimed.
+SELECT id, endpoint_id, queue, title, kind, source FROM todos
+ WHERE id = ANY(%(ids)s::text[]) AND state = 'pending'
+
+-- name: oldest_pending
+-- The oldest pending todos of one endpoint over some of its queues, one index probe per queue.
+SELECT p.id, p.endpoint_id, p.queue, p.title, p.kind, p.source
+  FROM unnest(%(queues)s::text[]) AS q(name),
+       LATERAL (SELECT id, endpoint_id, queue, title, kind, source, created_at FROM todos
+                 WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
+                 ORDER BY created_at LIMIT %(limit)s) p
+ ORDER BY p.created_at
+ LIMIT %(limit)s
+
+-- name: rering_due
+-- Pending todos nobody claimed, rung again on a widening interval: the k-th re-ring is due
+-- intervals[min(k, n)] seconds after the last ring (or after the todo became pending), at most 5
+-- re-rings, at most `per_endpoint` per endpoint per tick. The ring is counted in this statement and
+-- the wake-up leaves at its commit, so every process rings its own sessions.
+WITH due AS (
+    SELECT id FROM (
+        SELECT t.id, row_number() OVER (PARTITION BY t.endpoint_id
+                                        ORDER BY coalesce(t.last_ringed_at, t.updated_at)) AS rn
+          FROM todos t
+         WHERE t.endpoint_id = ANY(%(endpoints)s::uuid[]) AND t.state = 'pending' AND t.ring_attempts < 5
+           AND coalesce(t.last_ringed_at, t.updated_at) <= now() - make_interval(secs => %(min_interval)s)
+           AND coalesce(t.last_ringed_at, t.updated_at)
+               <= now() - make_interval(secs => (%(intervals)s::float8[])[
+                      least(t.ring_attempts + 1, cardinality(%(intervals)s::float8[]))])
+    ) ranked
+     WHERE rn <= %(per_endpoint)s
+), locked AS (
+    SELECT todos.id FROM todos
+     WHERE todos.id IN (SELECT id FROM due) AND todos.state = 'pending'
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE todos x
+   SET last_ringed_at = now(), ring_attempts = x.ring_attempts + 1
+  FROM locked
+ WHERE x.id = locked.id
+RETURNING x.id, x.ring_attempts,
+          pg_notify('switchboard_ready', json_build_object('todo_id', x.id, 'endpoint_id', x.endpoint_id,
+                                                           'queue', x.queue, 'reason', 'rering')::text) AS rang

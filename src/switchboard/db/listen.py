@@ -1,0 +1,120 @@
+"""The cross-process wake-up: one dedicated LISTEN connection per process.
+
+Transitions that make a todo claimable send `pg_notify('switchboard_ready', {"todo_id",
+"endpoint_id", "queue", "reason"})` from inside their own transaction (migration 0003), so the
+notification leaves only when the transition commits, whichever process (server, CLI, sweep) ran it.
+
+The connection is not pooled: a pooled connection would lose its LISTEN when returned. When the
+connection is lost, the listener reconnects with backoff and then calls the `on_reconnect` callbacks,
+because whatever was committed while it was away was never heard (reference: stack.md §7, P17).
+Notifications are hints: consumers re-read the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Awaitable, Callable
+
+import psycopg
+
+log = logging.getLogger("switchboard.listen")
+
+READY_CHANNEL = "switchboard_ready"
+
+Batch = Callable[[list[dict]], Awaitable[None]]
+Resync = Callable[[], Awaitable[None]]
+
+
+class ReadyListener:
+    """LISTEN on the ready channel; hand notifications to callbacks in batches."""
+
+    def __init__(self, uri: str, *, channel: str = READY_CHANNEL, backoff: tuple[float, float] = (0.2, 30.0)) -> None:
+        self.uri = uri
+        self.channel = channel
+        self.backoff = backoff
+        self.on_batch: list[Batch] = []
+        self.on_reconnect: list[Resync] = []
+        self.connected = asyncio.Event()
+        self.connections = 0  # how many times a LISTEN connection was established
+        self.backend_pid: int | None = None
+        self._task: asyncio.Task | None = None
+        self._worker: asyncio.Task | None = None
+        self._queue: asyncio.Queue[dict] = asyncio.Queue()
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._listen_forever(), name="listen-ready")
+            self._worker = asyncio.create_task(self._deliver_forever(), name="listen-deliver")
+
+    async def stop(self) -> None:
+        for task in (self._task, self._worker):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._task = self._worker = None
+        self.connected.clear()
+
+    async def wait_connected(self, timeout: float = 10.0) -> None:
+        await asyncio.wait_for(self.connected.wait(), timeout)
+
+    async def _listen_forever(self) -> None:
+        delay = self.backoff[0]
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.uri, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {self.channel}")  # channel is our constant, not input
+                    self.backend_pid = conn.info.backend_pid
+                    self.connections += 1
+                    first = self.connections == 1
+                    self.connected.set()
+                    delay = self.backoff[0]
+                    if not first:
+                        log.info("listen connection restored", extra={"event": "listen_reconnected"})
+                        await self._resync()
+                    async for note in conn.notifies():
+                        self._queue.put_nowait(self._parse(note.payload))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # connection lost or refused: retry with backoff
+                log.warning("listen connection lost; reconnecting",
+                            extra={"event": "listen_lost", "reason": type(exc).__name__})
+            self.connected.clear()
+            self.backend_pid = None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.backoff[1])
+
+    @staticmethod
+    def _parse(payload: str) -> dict:
+        try:
+            data = json.loads(payload)
+            return data if isinstance(data, dict) else {}
+        except ValueError:
+            return {}
+
+    async def _resync(self) -> None:
+        for cb in list(self.on_reconnect):
+            try:
+                await cb()
+            except Exception:
+                log.exception("listen resync callback failed")
+
+    async def _deliver_forever(self) -> None:
+        """Drain everything queued so far and hand it over as one batch."""
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty() and len(batch) < 1000:
+                batch.append(self._queue.get_nowait())
+            batch = [b for b in batch if b.get("todo_id") and b.get("endpoint_id")]
+            if not batch:
+                continue
+            for cb in list(self.on_batch):
+                try:
+                    await cb(batch)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("listen callback failed")

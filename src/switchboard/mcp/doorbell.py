@@ -1,0 +1,237 @@
+"""The doorbell: live MCP sessions are told when work is ready instead of polling (SYSTEM.md §10).
+
+Every transition that makes a todo claimable (created, released, re-queued by the reaper or the
+retry scheduler, manually retried) sends a wake-up at commit through PostgreSQL (`db/listen.py`), so
+a todo committed by any process (another server, the CLI, a sweep) rings the sessions this process
+holds. For each ready todo the sessions of its endpoint whose queues include the todo's queue get
+- `notifications/resources/updated` for `switchboard://queues/<queue>` when they subscribed to it,
+- `notifications/claude/channel` (one line naming the todo id, queue and title; no payload, no
+  secrets) when the client declared the experimental `claude/channel` capability.
+
+A per-todo gate suppresses a second ring of the same todo within `doorbell_gate_seconds`; a
+re-queue or release clears the todo's gate entry first, so quick failures ring again (SPEC-0034
+REQ-16). Pending todos nobody claims are re-rung on a widening interval (`core.rings`), and a session
+that opens its stream is rung for the oldest pending todos in its scope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import Any
+
+from ..core import rings, sweeps
+from ..db.listen import ReadyListener
+from ..web.app import AppContext, Component
+from .sessions import LiveSession, SessionRegistry
+
+log = logging.getLogger("switchboard.doorbell")
+
+QUEUE_URI = "switchboard://queues/"
+CHANNEL_METHOD = "notifications/claude/channel"
+REQUEUE_REASONS = ("released", "requeued", "retried")
+RESYNC_PER_ENDPOINT = 16
+WELCOME_LIMIT = 5
+SEND_TIMEOUT = 2.0
+TITLE_MAX_CHARS = 200
+
+_LINE_BREAKS = re.compile(r"[\r\n\u0085\u2028\u2029]+")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CHANNEL_CLOSE = re.compile(r"<\s*/\s*channel\s*>", re.IGNORECASE)
+
+
+def defuse(text: Any, max_chars: int = TITLE_MAX_CHARS) -> str:
+    """Text for a channel line: line breaks folded, controls dropped, `</channel>` neutralised."""
+    out = _LINE_BREAKS.sub(" ", str(text or ""))
+    out = _CONTROLS.sub("", out)
+    out = _CHANNEL_CLOSE.sub("«/channel»", out)
+    if len(out) > max_chars:
+        out = out[: max_chars - 1] + "…"
+    return out.strip()
+
+
+def channel_params(todo: dict) -> dict:
+    """The `notifications/claude/channel` params for one ready todo."""
+    queue = defuse(todo["queue"], 64)
+    content = f"Todo {todo['id']} is ready on queue {queue}: {defuse(todo['title'])}"
+    meta = {"todo_id": str(todo["id"]), "queue": queue}
+    for key in ("kind", "source"):
+        if todo.get(key):
+            meta[key] = defuse(todo[key], 64)
+    return {"content": content, "meta": meta}
+
+
+def _stream_open(ctx: AppContext, session_id: str) -> bool | None:
+    """Whether a session's GET notification stream is open (None when we cannot tell).
+
+    Notifications sent without an open stream vanish (stack.md P7). The SDK has no public way to
+    ask, so this reads the session manager's transports; mcp is pinned to 2.3.* in pyproject.toml.
+    """
+    try:
+        from mcp.server.streamable_http import GET_STREAM_KEY
+
+        manager = ctx.shared["mcp"].manager
+        transport = manager._server_instances.get(session_id)  # noqa: SLF001
+        return transport is not None and GET_STREAM_KEY in transport._request_streams  # noqa: SLF001
+    except Exception:
+        return None
+
+
+class Doorbell:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+        self.sessions: SessionRegistry | None = ctx.shared.get("sessions")
+        self.listener = ReadyListener("")
+        ctx.shared["ready_listener"] = self.listener
+        ctx.shared["doorbell"] = self
+        self.gate: dict[str, float] = {}
+        self.rering_intervals: tuple[float, ...] = rings.RERING_INTERVALS
+        self.stats = {"rung": 0, "gated": 0, "notifications": 0}
+        self._tasks: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        self.listener.uri = self.ctx.shared["database_uri"]
+        self.listener.on_batch.append(self.on_wakeups)
+        self.listener.on_reconnect.append(self.resync)
+        if self.sessions is not None:
+            self.sessions.on_added.append(self.on_session_added)
+        sweeps.TICK_HOOKS.append(self.rering)
+        await self.listener.start()
+
+    async def stop(self) -> None:
+        if self.rering in sweeps.TICK_HOOKS:
+            sweeps.TICK_HOOKS.remove(self.rering)
+        if self.sessions is not None and self.on_session_added in self.sessions.on_added:
+            self.sessions.on_added.remove(self.on_session_added)
+        for task in list(self._tasks):
+            task.cancel()
+        await self.listener.stop()
+
+    # ----------------------------------------------------------------------------------- gate
+
+    def _gated(self, todo_id: str) -> bool:
+        window = self.ctx.settings.doorbell_gate_seconds
+        rung_at = self.gate.get(todo_id)
+        return rung_at is not None and time.monotonic() - rung_at < window
+
+    def _mark(self, todo_id: str) -> None:
+        now = time.monotonic()
+        self.gate[todo_id] = now
+        if len(self.gate) > 10_000:  # forget expired entries
+            window = self.ctx.settings.doorbell_gate_seconds
+            self.gate = {k: v for k, v in self.gate.items() if now - v < window}
+
+    # ---------------------------------------------------------------------------------- rings
+
+    def _local_endpoints(self) -> set[str]:
+        return {s.endpoint_id for s in self.sessions.all()} if self.sessions is not None else set()
+
+    async def on_wakeups(self, batch: list[dict]) -> None:
+        """Wake-ups from any process: clear the gate of re-queued todos, then ring the ready ones."""
+        latest: dict[str, dict] = {}
+        for note in batch:
+            if note.get("reason") in REQUEUE_REASONS:
+                self.gate.pop(note["todo_id"], None)
+            latest[note["todo_id"]] = note
+        local = self._local_endpoints()
+        wanted = {tid: n for tid, n in latest.items() if str(n.get("endpoint_id")) in local}
+        if not wanted:
+            return
+        for todo in await rings.pending_by_ids(self.ctx.core, wanted):
+            forced = wanted[todo["id"]].get("reason") == "rering"
+            await self.ring(todo, use_gate=not forced)
+
+    async def ring(self, todo: dict, *, use_gate: bool = True, only: list[LiveSession] | None = None) -> int:
+        """Notify the in-scope sessions of a ready todo. Returns how many notifications went out."""
+        if self.sessions is None:
+            return 0
+        todo_id = str(todo["id"])
+        if use_gate and self._gated(todo_id):
+            self.stats["gated"] += 1
+            return 0
+        targets = only if only is not None else self.sessions.for_endpoint(str(todo["endpoint_id"]))
+        targets = [s for s in targets if todo["queue"] in s.caller.queues]
+        if only is None:
+            self._mark(todo_id)
+        uri = QUEUE_URI + todo["queue"]
+        sends = []
+        for live in targets:
+            if uri in live.subscriptions:
+                sends.append(self._send(live, "notifications/resources/updated", {"uri": uri}))
+            if live.channel:
+                sends.append(self._send(live, CHANNEL_METHOD, channel_params(todo)))
+        if not sends:
+            return 0
+        results = await asyncio.gather(*sends)
+        sent = sum(1 for ok in results if ok)
+        self.stats["rung"] += 1
+        self.stats["notifications"] += sent
+        metrics = self.ctx.shared.get("metrics")
+        if metrics is not None:
+            metrics.doorbell_rings(sent)
+        return sent
+
+    async def _send(self, live: LiveSession, method: str, params: dict) -> bool:
+        from .server import connection_of
+
+        try:
+            await asyncio.wait_for(connection_of(live.session).notify(method, params), SEND_TIMEOUT)
+            return True
+        except Exception as exc:  # a slow or broken session never holds up the others
+            log.warning("doorbell send failed", extra={"endpoint": live.caller.slug, "reason": type(exc).__name__})
+            return False
+
+    # ------------------------------------------------------------------ re-scan, welcome, re-ring
+
+    async def resync(self) -> None:
+        """After a lost LISTEN connection: ring what may have been missed (the gate still applies)."""
+        if self.sessions is None or self.ctx.core is None:
+            return
+        by_endpoint: dict[str, set[str]] = {}
+        for live in self.sessions.all():
+            by_endpoint.setdefault(live.endpoint_id, set()).update(live.caller.queues)
+        for endpoint_id, queues in by_endpoint.items():
+            for todo in await rings.oldest_pending(self.ctx.core, endpoint_id, sorted(queues), RESYNC_PER_ENDPOINT):
+                await self.ring(todo)
+
+    def on_session_added(self, live: LiveSession) -> None:
+        task = asyncio.create_task(self._welcome(live), name="doorbell-welcome")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _welcome(self, live: LiveSession, wait: float = 10.0) -> None:
+        """Ring a session that just opened its stream for the oldest pending todos in its scope."""
+        deadline = time.monotonic() + wait
+        while True:
+            state = _stream_open(self.ctx, live.session_id)
+            if state is None:
+                await asyncio.sleep(0.5)  # cannot tell: give the client a moment to open its stream
+                break
+            if state:
+                break
+            if time.monotonic() > deadline or self.sessions is None or self.sessions.get(live.session_id) is None:
+                return
+            await asyncio.sleep(0.05)
+        try:
+            todos = await rings.oldest_pending(self.ctx.core, live.endpoint_id, list(live.caller.queues),
+                                               WELCOME_LIMIT)
+            for todo in todos:
+                await self.ring(todo, use_gate=False, only=[live])
+        except Exception:
+            log.exception("doorbell welcome ring failed", extra={"endpoint": live.caller.slug})
+
+    async def rering(self, core: Any = None) -> None:
+        """Sweep tick: count a re-ring on due pending todos of endpoints with sessions here; the
+        wake-ups their statement sends ring every process's sessions."""
+        endpoints = self._local_endpoints()
+        if endpoints and self.ctx.core is not None:
+            await rings.rering_due(self.ctx.core, endpoints, intervals=self.rering_intervals)
+
+
+def component(ctx: AppContext) -> Component:
+    bell = Doorbell(ctx)
+    return Component(name="doorbell", start=bell.start, stop=bell.stop)

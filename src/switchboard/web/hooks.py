@@ -1,0 +1,406 @@
+"""Notify hooks, the outbound side (SYSTEM.md §10): the background sender and the human API.
+
+Sender. The transition trigger (migration 0003) writes each notification to `hook_outbox` in the
+transition's own transaction; this loop delivers them after commit, so nothing is lost across a
+restart: a row is taken under a short lease (`core.hooks.claim_due`), sent, and settled with its
+attempt recorded (`core.hooks.record_attempt`).
+- Signed with Standard Webhooks headers (`webhook-id` = the row's message id, the same on every
+  attempt; `webhook-timestamp`; `webhook-signature`) by the `standardwebhooks` package.
+- Body: the row's JSON, at most 4 KiB (a long final summary is cut further to fit), never a payload.
+- Targets: https only; the host is resolved before every attempt and every address must be public
+  (no loopback, private, link-local, CGNAT, multicast); the request goes to the checked address with
+  TLS verifying the host name, so a second lookup cannot redirect it. Redirects are not followed.
+  `SWITCHBOARD_HOOKS_ALLOW_PRIVATE=1` (tests only) lifts the address check and admits plain http.
+- Retried with backoff (about 1 s, 5 s, 30 s, 2 min, 10 min, 30 min, 1 h; 8 attempts) on network
+  errors, timeouts, 408, 429 and 5xx; other answers and refused targets fail at once.
+- At most PER_HOOK requests in flight per hook and GLOBAL in all; each attempt times out.
+
+API. `/api/v1/endpoints/{slug}/hooks` (GET list, POST add → the secret, shown once),
+`/api/v1/endpoints/{slug}/hooks/{hook_id}` (DELETE), `/api/v1/endpoints/{slug}/hooks/deliveries`
+(GET the delivery log), with a human API token (`Authorization: Bearer sbh_…`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import socket
+import ssl
+import time
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from standardwebhooks import Webhook
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .. import __version__
+from ..core import hooks as core_hooks
+from ..core import humans
+from ..core.errors import CoreError, Invalid
+from ..core.events import Event
+from ..core.inputs import cut_utf8
+from ..core.models import HumanCaller
+from .app import AppContext, Component
+
+log = logging.getLogger("switchboard.hooks")
+
+RETRY_DELAYS: tuple[float, ...] = (1, 5, 30, 120, 600, 1800, 3600)  # after attempts 1..7; 8 attempts
+PER_HOOK = 4
+GLOBAL = 16
+LEASE_SECONDS = 60.0
+POLL_SECONDS = 1.0
+CONNECT_TIMEOUT = 5.0
+ATTEMPT_TIMEOUT = 10.0
+RESPONSE_READ_MAX = 64 * 1024
+PRUNE_EVERY_SECONDS = 3600.0
+KEEP_DAYS = 7
+RETRYABLE_STATUS = (408, 429)
+BODY_ORDER = ("type", "reason", "todo_id", "queue", "kind", "source", "title", "endpoint", "attempt",
+              "attempts_total", "final_attempt", "created_at")
+WAKING_VERBS = frozenset({"create", "complete", "fail", "release", "reap", "requeue", "retry", "revoke"})
+
+
+class Refused(Exception):
+    """The target may not be contacted (scheme or address class)."""
+
+
+def render_body(body: dict) -> str:
+    """The JSON sent: fields in a stable order, compact, at most 4 KiB (summary, then title, cut)."""
+    ordered = {k: body[k] for k in BODY_ORDER if k in body}
+    ordered.update({k: v for k, v in body.items() if k not in ordered})
+
+    def dump() -> str:
+        return json.dumps(ordered, separators=(",", ":"), ensure_ascii=False)
+
+    text = dump()
+    final = ordered.get("final_attempt")
+    while len(text.encode("utf-8")) > core_hooks.BODY_MAX_BYTES:
+        excess = len(text.encode("utf-8")) - core_hooks.BODY_MAX_BYTES
+        if isinstance(final, dict) and final.get("summary"):
+            keep = max(0, len(final["summary"].encode("utf-8")) - excess - 16)
+            final["summary"], _ = cut_utf8(final["summary"], keep)
+            final["summary_truncated"] = True
+        elif ordered.get("title"):
+            ordered["title"] = ordered["title"][: max(0, len(ordered["title"]) - excess - 8)]
+        else:
+            break
+        text = dump()
+    return text
+
+
+def classify(status: int) -> tuple[str, bool]:
+    """(result class, retry?) for an HTTP status."""
+    if 200 <= status < 300:
+        return "2xx", False
+    if 300 <= status < 400:
+        return "3xx", False
+    if status in RETRYABLE_STATUS:
+        return "4xx", True
+    if 400 <= status < 500:
+        return "4xx", False
+    return "5xx", True
+
+
+class HookSender:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+        self.retry_delays: tuple[float, ...] = RETRY_DELAYS
+        self.allow_private = ctx.settings.hooks_allow_private
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._jobs: set[asyncio.Task] = set()
+        self._busy: dict[Any, int] = {}
+        self._global = asyncio.Semaphore(GLOBAL)
+        self._client: httpx.AsyncClient | None = None
+        self._unsubscribe = None
+        self._next_prune = 0.0
+        ctx.shared["hook_sender"] = self
+
+    @property
+    def max_attempts(self) -> int:
+        return len(self.retry_delays) + 1
+
+    # ------------------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        self._client = httpx.AsyncClient(
+            follow_redirects=False, trust_env=False,
+            timeout=httpx.Timeout(ATTEMPT_TIMEOUT, connect=CONNECT_TIMEOUT),
+            limits=httpx.Limits(max_connections=GLOBAL, max_keepalive_connections=GLOBAL))
+        self._unsubscribe = self.ctx.core.bus.subscribe(self.on_event)
+        listener = self.ctx.shared.get("ready_listener")
+        if listener is not None:
+            listener.on_batch.append(self.on_wakeups)
+        self._task = asyncio.create_task(self._run(), name="hook-sender")
+
+    async def stop(self) -> None:
+        if self._unsubscribe:
+            self._unsubscribe()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        for job in list(self._jobs):
+            job.cancel()
+        if self._jobs:
+            await asyncio.gather(*self._jobs, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def on_event(self, ev: Event) -> None:
+        if ev.verb in WAKING_VERBS:
+            self._wake.set()
+
+    async def on_wakeups(self, batch: list[dict]) -> None:
+        self._wake.set()  # a todo became ready in some process: its outbox rows are committed
+
+    # ------------------------------------------------------------------------------------ loop
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.pump()
+                now = time.monotonic()
+                if now >= self._next_prune:
+                    self._next_prune = now + PRUNE_EVERY_SECONDS
+                    await core_hooks.prune(self.ctx.core, days=KEEP_DAYS)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("hook sender pass failed; continuing")
+            timeout = POLL_SECONDS
+            with contextlib.suppress(Exception):
+                due = await core_hooks.next_due_in(self.ctx.core)
+                if due is not None:
+                    timeout = min(POLL_SECONDS, max(0.01, due))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+
+    async def pump(self) -> int:
+        """Take what is due (within the concurrency bounds) and start sending it."""
+        free = GLOBAL - len(self._jobs)
+        if free <= 0:
+            return 0
+        busy = [h for h, n in self._busy.items() if n > 0]
+        rows = await core_hooks.claim_due(self.ctx.core, limit=free, per_hook=PER_HOOK,
+                                          lease_seconds=LEASE_SECONDS, busy=busy)
+        for row in rows:
+            self._busy[row["hook_id"]] = self._busy.get(row["hook_id"], 0) + 1
+            job = asyncio.create_task(self._deliver(row), name="hook-delivery")
+            self._jobs.add(job)
+            job.add_done_callback(self._jobs.discard)
+        return len(rows)
+
+    async def _deliver(self, row: dict) -> None:
+        try:
+            async with self._global:
+                await self.attempt(row)
+        finally:
+            n = self._busy.get(row["hook_id"], 1) - 1
+            if n <= 0:
+                self._busy.pop(row["hook_id"], None)
+            else:
+                self._busy[row["hook_id"]] = n
+            self._wake.set()
+
+    # --------------------------------------------------------------------------------- attempt
+
+    async def _resolve(self, host: str, port: int) -> str:
+        """Resolve and check the target; the address to connect to."""
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), CONNECT_TIMEOUT)
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise httpx.ConnectError(f"cannot resolve host: {type(exc).__name__}") from None
+        addresses = [info[4][0] for info in infos]
+        if not addresses:
+            raise httpx.ConnectError("host has no address")
+        if not self.allow_private:
+            for address in addresses:
+                why = core_hooks.address_refusal(address)
+                if why:
+                    raise Refused(f"target resolves to a {why}")
+        return addresses[0]
+
+    async def send_once(self, row: dict) -> tuple[str, int | None, str | None, bool]:
+        """One HTTP attempt: (result class, status code, error class, retry?)."""
+        parts = urlsplit(row["url"])
+        try:
+            if parts.scheme != "https" and not (self.allow_private and parts.scheme == "http"):
+                raise Refused("target must use https")
+            host = parts.hostname or ""
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            address = await self._resolve(host, port)
+        except Refused as exc:
+            return "rejected_ssrf", None, str(exc), False
+        except httpx.ConnectError as exc:
+            return "network", None, str(exc), True
+        ip_host = f"[{address}]" if ":" in address else address
+        pinned = urlunsplit((parts.scheme, f"{ip_host}:{port}", parts.path or "/", parts.query, ""))
+        body = render_body(dict(row["body"]))
+        now = datetime.now(timezone.utc)
+        headers = {
+            "host": parts.netloc.rsplit("@", 1)[-1],
+            "content-type": "application/json",
+            "user-agent": f"switchboard/{__version__}",
+            "webhook-id": row["message_id"],
+            "webhook-timestamp": str(int(now.timestamp())),
+            "webhook-signature": Webhook(row["secret"]).sign(row["message_id"], now, body),
+        }
+        extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+        assert self._client is not None
+        try:
+            async with asyncio.timeout(ATTEMPT_TIMEOUT + 1):
+                async with self._client.stream("POST", pinned, content=body.encode("utf-8"), headers=headers,
+                                               extensions=extensions) as resp:
+                    read = 0
+                    async for chunk in resp.aiter_raw():
+                        read += len(chunk)
+                        if read >= RESPONSE_READ_MAX:
+                            break
+                    status = resp.status_code
+        except (httpx.TimeoutException, asyncio.TimeoutError):
+            return "timeout", None, "timeout", True
+        except httpx.HTTPError as exc:
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, ssl.SSLError) or "SSL" in type(cause).__name__ or "certificate" in str(exc).lower():
+                return "tls", None, "tls", True
+            return "network", None, type(exc).__name__, True
+        result, retry = classify(status)
+        return result, status, None if result == "2xx" else f"HTTP {status}", retry
+
+    async def attempt(self, row: dict) -> str:
+        """Send one claimed notification and settle it. Returns its state afterwards."""
+        started = datetime.now(timezone.utc)
+        t0 = time.perf_counter()
+        result, status, error, retry = await self.send_once(row)
+        duration_ms = int((time.perf_counter() - t0) * 1000)
+        attempt = row["attempts"]
+        if result == "2xx":
+            state, retry_in = "delivered", 0.0
+        elif retry and attempt < self.max_attempts:
+            base = self.retry_delays[min(attempt, len(self.retry_delays)) - 1]
+            state, retry_in = "pending", base * random.uniform(0.8, 1.2)
+        else:
+            state, retry_in = "failed", 0.0
+        await core_hooks.record_attempt(
+            self.ctx.core, outbox_id=row["id"], attempt=attempt, started_at=started, duration_ms=duration_ms,
+            status_code=status, result=result, error=error, state=state, retry_in=retry_in)
+        log.info("notify hook attempt", extra={
+            "target": str(row["hook_id"]), "delivery": row["message_id"], "event": row["event"],
+            "status": status if status is not None else result, "outcome": state, "latency_ms": duration_ms})
+        metrics = self.ctx.shared.get("metrics")
+        if metrics is not None:
+            metrics.hook_attempt(result)
+            if state != "pending":
+                metrics.hook_notification(row["event"], state)
+        return state
+
+
+# ------------------------------------------------------------------------------------- human API
+
+def _error(exc: CoreError) -> JSONResponse:
+    status = {"not_found": 404, "conflict": 409, "forbidden": 403, "invalid": 400}.get(exc.code, 500)
+    return JSONResponse({"error": exc.to_dict()}, status_code=status)
+
+
+def _unauthorized() -> JSONResponse:
+    return JSONResponse({"error": {"code": "unauthorized", "message": "a human API token is required"}},
+                        status_code=401, headers={"WWW-Authenticate": 'Bearer realm="switchboard"'})
+
+
+class HooksApi:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+
+    async def _human(self, request: Request) -> HumanCaller | None:
+        """The bearer `sbh_` token's human (the same check as the producer API)."""
+        resolve = self.ctx.shared.get("human_from_request")
+        if resolve is not None:
+            return await resolve(request)
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        return await humans.resolve_token(self.ctx.core, token.strip())
+
+    async def _body(self, request: Request) -> dict:
+        raw = await request.body()
+        if len(raw) > 16 * 1024:
+            raise Invalid("request body too large", argument="body")
+        try:
+            data = json.loads(raw or b"{}")
+        except ValueError:
+            raise Invalid("body must be a JSON object", argument="body") from None
+        if not isinstance(data, dict):
+            raise Invalid("body must be a JSON object", argument="body")
+        return data
+
+    async def collection(self, request: Request) -> Response:
+        human = await self._human(request)
+        if human is None:
+            return _unauthorized()
+        slug = request.path_params["slug"]
+        core = self.ctx.core
+        try:
+            if request.method == "GET":
+                return JSONResponse({"hooks": await core_hooks.list_for_endpoint(core, human, slug)})
+            data = await self._body(request)
+            unknown = sorted(set(data) - {"url", "events"})
+            if unknown:
+                raise Invalid(f"unknown field {unknown[0][:64]}", argument=unknown[0][:64])
+            hook, secret = await core_hooks.add(core, human, slug, url=data.get("url"), events=data.get("events"))
+        except CoreError as exc:
+            return _error(exc)
+        return JSONResponse({"hook": hook, "signing_secret": secret}, status_code=201,
+                            headers={"Cache-Control": "no-store"})
+
+    async def item(self, request: Request) -> Response:
+        human = await self._human(request)
+        if human is None:
+            return _unauthorized()
+        try:
+            removed = await core_hooks.remove(self.ctx.core, human, request.path_params["hook_id"],
+                                              slug=request.path_params["slug"])
+        except CoreError as exc:
+            return _error(exc)
+        return JSONResponse({"removed": removed})
+
+    async def deliveries(self, request: Request) -> Response:
+        human = await self._human(request)
+        if human is None:
+            return _unauthorized()
+        try:
+            limit = int(request.query_params.get("limit", "50"))
+        except ValueError:
+            return _error(Invalid("limit must be an integer", argument="limit"))
+        try:
+            rows = await core_hooks.deliveries(self.ctx.core, human, slug=request.path_params["slug"],
+                                               hook_id=request.query_params.get("hook_id"), limit=limit,
+                                               with_attempts=True)
+        except CoreError as exc:
+            return _error(exc)
+        return JSONResponse({"deliveries": rows})
+
+
+def component(ctx: AppContext) -> Component:
+    sender = HookSender(ctx)
+    api = HooksApi(ctx)
+    base = "/api/v1/endpoints/{slug}/hooks"
+    routes = [
+        Route(base + "/deliveries", api.deliveries, methods=["GET"]),
+        Route(base, api.collection, methods=["GET", "POST"]),
+        Route(base + "/{hook_id}", api.item, methods=["DELETE"]),
+    ]
+    return Component(name="hooks", routes=routes, start=sender.start, stop=sender.stop)

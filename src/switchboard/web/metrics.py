@@ -1,0 +1,259 @@
+"""Prometheus metrics at `GET /metrics` (SYSTEM.md §10, SPEC-0034 REQ-14).
+
+- Auth: `Authorization: Bearer <SWITCHBOARD_METRICS_TOKEN>` (at least 32 bytes). Unset, missing or
+  wrong: 401 with an empty body. Both sides are SHA-256 hashed and compared in constant time.
+- Counters are driven by the hook bus, after commit, from what this process committed:
+  `switchboard_todos_created_total{queue,source}`, `switchboard_todos_claimed_total{queue}`,
+  `switchboard_todos_completed_total{queue,outcome}` (outcome complete|fail),
+  `switchboard_lease_expired_total{queue}` and `switchboard_todo_attempts_closed_total{queue,outcome}`.
+  Every attempt closed `lease_expired` (a takeover) or `reaped` is exactly one lease-expiry increment.
+- Gauges are read from the database at scrape time: `switchboard_queue_todos{queue,state}` and
+  `switchboard_queue_oldest_pending_seconds{queue}`; a failed read omits them and counts
+  `switchboard_metrics_collection_errors_total{collector="queue"}`.
+- `switchboard_mcp_request_duration_seconds{verb,outcome}`: published as
+  `ctx.shared["observe_tool_call"](verb, seconds, outcome)` for the MCP server.
+- The `queue` label admits at most 50 distinct values per process (sticky, shared by every family);
+  later ones, and empty, overlong or reserved values, are `__other__`. Aggregates only: no todo ids,
+  summaries, artifacts or claimants ever become labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import re
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..core import gauges
+from ..core.events import Event
+from ..core.models import VERBS
+from .app import AppContext, Component
+
+log = logging.getLogger("switchboard.metrics")
+
+OTHER = "__other__"
+QUEUE_LABEL_CAP = 50
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MAX_IN_FLIGHT = 4
+_BOUNDED = re.compile(r"^[a-z0-9_-]{1,32}$")
+ATTEMPT_OUTCOMES = ("completed", "failed", "released", "lease_expired", "reaped", "canceled", "revoked")
+DIED = ("lease_expired", "reaped")
+
+
+class LabelLimiter:
+    """The first `cap` distinct values keep their name for the life of the process; the rest fold
+    into `__other__`. Empty values, `__other__` itself and values over 128 bytes never take a slot."""
+
+    def __init__(self, cap: int = QUEUE_LABEL_CAP) -> None:
+        self.cap = cap
+        self._admitted: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: object) -> str:
+        if not isinstance(value, str) or not value or value == OTHER or len(value.encode("utf-8", "replace")) > 128:
+            return OTHER
+        if value in self._admitted:
+            return value
+        with self._lock:
+            if value in self._admitted:
+                return value
+            if len(self._admitted) >= self.cap:
+                return OTHER
+            self._admitted.add(value)
+            return value
+
+
+def bounded(value: object) -> str:
+    """A label from a small vocabulary (source, verb): `[a-z0-9_-]{1,32}` or `__other__`."""
+    return value if isinstance(value, str) and _BOUNDED.match(value) else OTHER
+
+
+class _QueueGauges(Collector):
+    """Live todos per queue and state, read at scrape. Filled by `Metrics.refresh` just before
+    generation (the read is async; prometheus_client collectors are not)."""
+
+    def __init__(self, metrics: "Metrics") -> None:
+        self.metrics = metrics
+
+    def collect(self):  # noqa: ANN201
+        snap = self.metrics.snapshot
+        if snap is None:
+            return
+        counts, oldest = snap
+        todos = GaugeMetricFamily("switchboard_queue_todos", "Live todos by queue and state, read at scrape.",
+                                  labels=["queue", "state"])
+        for (queue, state), n in sorted(counts.items()):
+            todos.add_metric([queue, state], n)
+        yield todos
+        age = GaugeMetricFamily("switchboard_queue_oldest_pending_seconds",
+                                "Age of the oldest pending todo per queue (0 when none is pending).",
+                                labels=["queue"])
+        for queue, seconds in sorted(oldest.items()):
+            age.add_metric([queue], seconds)
+        yield age
+
+    def describe(self):  # noqa: ANN201
+        return []
+
+
+class Metrics:
+    """One registry per app: counters fed by the hook bus, gauges read at scrape."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.queue = LabelLimiter()
+        r = self.registry
+        self.created = Counter("switchboard_todos_created_total", "Todos created (idempotent repeats excluded).",
+                               ["queue", "source"], registry=r)
+        self.claimed = Counter("switchboard_todos_claimed_total", "Claims committed (each opens an attempt).",
+                               ["queue"], registry=r)
+        self.completed = Counter("switchboard_todos_completed_total",
+                                 "Leases ended by their holder: outcome complete or fail.",
+                                 ["queue", "outcome"], registry=r)
+        self.lease_expired = Counter("switchboard_lease_expired_total",
+                                     "Lapsed leases: each attempt closed lease_expired (takeover) or reaped.",
+                                     ["queue"], registry=r)
+        self.attempts_closed = Counter("switchboard_todo_attempts_closed_total",
+                                       "Attempts closed, by outcome (SPEC-0034 REQ-14).",
+                                       ["queue", "outcome"], registry=r)
+        self.collection_errors = Counter("switchboard_metrics_collection_errors_total",
+                                         "Scrape-time collectors that failed.", ["collector"], registry=r)
+        self.collection_errors.labels("queue")
+        self.tool_latency = Histogram("switchboard_mcp_request_duration_seconds",
+                                      "MCP tool call latency by verb and outcome.", ["verb", "outcome"],
+                                      buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5),
+                                      registry=r)
+        self.rings = Counter("switchboard_doorbell_notifications_total",
+                             "Doorbell notifications sent to live MCP sessions.", registry=r)
+        self.hook_attempts = Counter("switchboard_notify_hook_attempts_total",
+                                     "Notify hook delivery attempts by result class.", ["result"], registry=r)
+        self.hook_notifications = Counter("switchboard_notify_hook_notifications_total",
+                                          "Notify hook notifications settled.", ["type", "outcome"], registry=r)
+        self.snapshot: tuple[dict, dict] | None = None
+        self._gauges = _QueueGauges(self)
+        r.register(self._gauges)
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+
+    # ------------------------------------------------------------------------------ the bus
+
+    def on_event(self, ev: Event) -> None:
+        verb = ev.verb
+        if verb in ("heartbeat", "request_input", "provide_input", "endpoint_revoked"):
+            return
+        queue = self.queue(ev.queue)
+        if verb == "create":
+            self.created.labels(queue, bounded(ev.source or "unknown")).inc()
+        elif verb == "claim":
+            self.claimed.labels(queue).inc()
+        elif verb == "complete":
+            self.completed.labels(queue, "complete").inc()
+        elif verb == "fail":
+            self.completed.labels(queue, "fail").inc()
+        closed = ev.closed_attempt
+        if closed is not None and closed.get("outcome"):
+            outcome = closed["outcome"]
+            self.attempts_closed.labels(queue, outcome if outcome in ATTEMPT_OUTCOMES else OTHER).inc()
+            if outcome in DIED:
+                self.lease_expired.labels(queue).inc()
+
+    # ------------------------------------------------------------------------ other surfaces
+
+    def observe_tool_call(self, verb: str, seconds: float, outcome: str = "ok") -> None:
+        self.tool_latency.labels(verb if verb in VERBS else OTHER, bounded(outcome)).observe(max(seconds, 0.0))
+
+    def doorbell_rings(self, notifications: int) -> None:
+        self.rings.inc(notifications)
+
+    def hook_attempt(self, result: str) -> None:
+        self.hook_attempts.labels(bounded(result)).inc()
+
+    def hook_notification(self, event: str, outcome: str) -> None:
+        self.hook_notifications.labels(event if event.startswith("todo.") and len(event) < 32 else OTHER,
+                                       bounded(outcome)).inc()
+
+    # -------------------------------------------------------------------------------- scrape
+
+    async def refresh(self, core) -> None:  # noqa: ANN001
+        try:
+            rows, scoped = await gauges.queue_states(core)
+        except Exception:
+            log.warning("queue gauges unavailable", extra={"event": "metrics_collector_failed"})
+            self.collection_errors.labels("queue").inc()
+            self.snapshot = None
+            return
+        counts: dict[tuple[str, str], float] = {}
+        oldest: dict[str, float] = {}
+        for q in {*(r["queue"] for r in rows), *scoped}:
+            name = self.queue(q)
+            oldest.setdefault(name, 0.0)
+            for state in gauges.GAUGE_STATES:
+                counts.setdefault((name, state), 0)
+        for r in rows:
+            name = self.queue(r["queue"])
+            counts[(name, r["state"])] += r["n"]  # folded queues are summed
+            if r["state"] == "pending":
+                oldest[name] = max(oldest[name], float(r["oldest_seconds"]))  # and their age is the max
+        self.snapshot = (counts, oldest)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
+
+
+class MetricsSurface:
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+        self.metrics = Metrics()
+        token = (ctx.settings.metrics_token or "").strip()
+        self._token_digest = _digest(token) if token else None
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._render = asyncio.Lock()
+        self._unsubscribe = None
+        ctx.shared["metrics"] = self.metrics
+        ctx.shared["observe_tool_call"] = self.metrics.observe_tool_call
+
+    def _authorized(self, request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        scheme, _, presented = header.partition(" ")
+        presented = presented.strip()
+        if self._token_digest is None or scheme.lower() != "bearer" or not presented:
+            return False
+        return hmac.compare_digest(_digest(presented), self._token_digest)
+
+    async def scrape(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return Response(b"", status_code=401,
+                            headers={"WWW-Authenticate": 'Bearer realm="switchboard-metrics"',
+                                     "Cache-Control": "no-store"})
+        if self._in_flight.locked():
+            return Response(b"", status_code=503, headers={"Retry-After": "1", "Cache-Control": "no-store"})
+        async with self._in_flight, self._render:
+            await self.metrics.refresh(self.ctx.core)
+            body = self.metrics.render()
+        return Response(body, media_type=None, headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"})
+
+    async def start(self) -> None:
+        self._unsubscribe = self.ctx.core.bus.subscribe(self.metrics.on_event)
+
+    async def stop(self) -> None:
+        if self._unsubscribe:
+            self._unsubscribe()
+
+
+def component(ctx: AppContext) -> Component:
+    surface = MetricsSurface(ctx)
+    return Component(name="metrics", routes=[Route("/metrics", surface.scrape, methods=["GET"])],
+                     start=surface.start, stop=surface.stop)
