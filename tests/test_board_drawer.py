@@ -80,3 +80,167 @@ async def test_drawer_shows_a_death_and_summary_markup_is_inert(board_server, br
         await page.wait_for_timeout(200)
         await page.watch.assert_clean(page)
         await screenshot(page, "drawer")
+
+
+async def _csrf(page) -> str:  # noqa: ANN001
+    return await page.locator("form.sb-logout input[name=csrf_token]").get_attribute("value")
+
+
+async def test_second_human_gets_the_same_404_as_a_random_id(board_server, browser):  # noqa: F811
+    """REQ-10 "second human on the Board": drawer URL, fragment, live part and actions of another
+    human's todo answer exactly like an id never minted, with no attempt data."""
+    h1 = await board_server.human("first")
+    h2 = await board_server.human("second")
+    _, agent = await board_server.endpoint(h1)
+    todo, _ = await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="inbox", title="H1 private")
+    tid = todo["id"]
+    await board_server.run(todos.claim, agent, tid, claimant="claimant-of-h1-zq", lease_ttl_seconds=1)
+    await asyncio.sleep(1.2)
+    await board_server.run(sweeps.reap)
+    await board_server.run(todos.claim, agent, tid, claimant="claimant-of-h1-zq")
+    await board_server.run(todos.fail, agent, tid, summary="summary-of-h1-zq", artifact="https://h1.example/zq")
+    random_id = f"td_{uuid.uuid4()}"
+    forbidden_words = ("claimant-of-h1-zq", "summary-of-h1-zq", "h1.example", "H1 private", "Attempt history",
+                       "reaped", "died")
+    async with page_for(browser, board_server, h2) as page:
+        csrf = await _csrf(page)
+        for suffix, headers in (("", {}), ("", {"HX-Request": "true"}), ("/live", {"HX-Request": "true"})):
+            theirs = await page.request.get(f"/todos/{tid}{suffix}", headers=headers)
+            unknown = await page.request.get(f"/todos/{random_id}{suffix}", headers=headers)
+            assert theirs.status == unknown.status == 404
+            body = await theirs.body()
+            assert body == await unknown.body()
+            for word in forbidden_words:
+                assert word.encode() not in body
+        for action in ("claim", "complete", "fail", "release", "extend", "retry", "cancel", "input"):
+            theirs = await page.request.post(f"/todos/{tid}/{action}", form={"csrf_token": csrf, "payload": "{}"})
+            unknown = await page.request.post(f"/todos/{random_id}/{action}",
+                                              form={"csrf_token": csrf, "payload": "{}"})
+            assert theirs.status == unknown.status == 404, action
+            assert await theirs.body() == await unknown.body()
+        # In the browser too: the drawer URL shows "not found" and nothing of H1's.
+        response = await page.goto(f"/todos/{tid}")
+        assert response.status == 404
+        text = await page.content()
+        assert "Not found" in text
+        for word in forbidden_words:
+            assert word not in text
+        # H2's live stream carries nothing of H1's: H1's todo moves, H2's page stays still,
+        # then H2's own todo moves and the page updates once.
+        await page.goto("/todos")
+        await page.wait_for_selector("body[data-sb-live-open='1']")
+        detail = await board_server.run(todos.get, h1, tid)
+        assert detail["state"] == "failed"
+        await board_server.run(todos.retry, h1, tid)
+        await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="inbox", title="H1 again")
+        await page.wait_for_timeout(600)
+        assert await page.get_attribute("body", "data-sb-live-count") is None
+        _, agent2 = await board_server.endpoint(h2)
+        await board_server.run(todos.create, endpoint_id=agent2.endpoint_id, queue="inbox", title="H2 own")
+        await page.wait_for_selector("#sb-todos-body tr >> text=H2 own")
+        assert "H1 again" not in await page.content()
+    # The database still holds H1's todo exactly as H1 left it (no action of H2 applied).
+    after = await board_server.run(todos.get, h1, tid)
+    assert after["state"] == "pending" and [a["seq"] for a in after["attempts"]] == [2, 1]
+
+
+async def test_live_update_appends_an_attempt_to_an_open_drawer(board_server, browser):  # noqa: F811
+    """REQ-13 accessibility: a live update appends an attempt to an open drawer, inside the polite
+    region, without moving focus; the todos list follows without a reload."""
+    human = await board_server.human("live")
+    _, agent = await board_server.endpoint(human)
+    todo, _ = await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="inbox", title="Watch me")
+    tid = todo["id"]
+    await board_server.run(todos.claim, agent, tid, claimant="worker-a")
+    async with page_for(browser, board_server, human) as page:
+        await page.wait_for_selector("body[data-sb-live-open='1']")
+        await open_drawer(page, tid)
+        region = page.locator(f"#sb-attempts-{tid}")
+        assert await region.locator("li[data-sb-attempt]").count() == 1
+        await page.focus("#sb-drawer-close")
+        await board_server.run(todos.fail, agent, tid, summary="first try broke")
+        await board_server.run(todos.claim, agent, tid, claimant="worker-b")
+        second = region.locator("li[data-sb-attempt='2']")
+        await second.wait_for()
+        assert await second.get_attribute("data-sb-outcome") == "open"
+        first = region.locator("li[data-sb-attempt='1']")
+        await page.wait_for_function(
+            f"document.querySelector(\"#sb-attempts-{tid} li[data-sb-attempt='1']\").dataset.sbOutcome === 'failed'")
+        assert "first try broke" in await first.inner_text()
+        assert await region.get_attribute("aria-live") == "polite"
+        assert await page.evaluate("document.activeElement.id") == "sb-drawer-close"
+        assert await page.locator("dialog[data-sb-drawer]").evaluate("d => d.open")
+        # A new todo shows up in the list behind the drawer, without a reload.
+        await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="inbox", title="Brand new")
+        await page.wait_for_selector("#sb-todos-body tr >> text=Brand new")
+        await page.watch.assert_clean(page)
+
+
+async def _tab_walk(page, steps: int = 40) -> list[dict]:  # noqa: ANN001
+    """Press Tab `steps` times; what had focus after each press."""
+    seen = []
+    for _ in range(steps):
+        await page.keyboard.press("Tab")
+        seen.append(await page.evaluate("""() => { const e = document.activeElement;
+            return {tag: e.tagName, id: e.id, text: (e.innerText || e.value || '').trim().slice(0, 80),
+                    href: e.getAttribute('href'), inDialog: !!e.closest('dialog[open]')}; }"""))
+    return seen
+
+
+async def _keyboard_open(page, tid: str) -> None:  # noqa: ANN001
+    """Reach the todo's link with Tab alone and open it with Enter."""
+    await page.evaluate("document.activeElement && document.activeElement.blur()")
+    for _ in range(60):
+        await page.keyboard.press("Tab")
+        if await page.evaluate("document.activeElement.id") == f"sb-open-{tid}":
+            break
+    else:
+        raise AssertionError("the todo link is not in the tab order")
+    await page.keyboard.press("Enter")
+    await page.wait_for_selector(f"dialog[data-sb-drawer][data-sb-todo='{tid}'][open]")
+
+
+async def test_keyboard_reaches_every_action_and_artifact_link_without_a_trap(board_server, browser):  # noqa: F811
+    """REQ-13 keyboard and focus: a keyboard-only walk reaches every action and artifact link; the
+    drawer takes focus on open, Escape closes it, focus goes back to the row; no trap; axe is clean."""
+    human = await board_server.human("keys")
+    tid, _, agent = await _death_story(board_server, human)
+    await board_server.run(todos.release, human, tid)  # Release by the owner, fence-exempt
+    await board_server.run(todos.claim, agent, tid, claimant="run-4")
+    pending, _ = await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="builds", title="Waiting")
+    dead, _ = await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="builds", title="Dead one",
+                                     max_attempts=1)
+    await board_server.run(todos.claim, agent, dead["id"])
+    await board_server.run(todos.fail, agent, dead["id"], artifact="https://ci.example/dead")
+    asking, _ = await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="builds", title="Asks")
+    await board_server.run(todos.claim, agent, asking["id"])
+    await board_server.run(todos.request_input, agent, asking["id"], question="Which branch?")
+    expectations = {
+        tid: {"buttons": {"Complete", "Fail", "Release", "Extend lease", "Cancel"},
+              "links": {"https://ci.example/run/1"}},
+        pending["id"]: {"buttons": {"Claim", "Cancel"}, "links": set()},
+        dead["id"]: {"buttons": {"Retry now"}, "links": {"https://ci.example/dead"}},
+        asking["id"]: {"buttons": {"Provide input", "Cancel"}, "links": set()},
+    }
+    async with page_for(browser, board_server, human) as page:
+        for todo_id, want in expectations.items():
+            await _keyboard_open(page, todo_id)
+            assert await page.evaluate("document.activeElement.id") == "sb-drawer-title"
+            if todo_id == tid:
+                assert await axe_violations(page) == []
+            walk = await _tab_walk(page)
+            focused = [w for w in walk if w["tag"] != "BODY"]
+            assert all(w["inDialog"] for w in focused), "focus left the open modal drawer"
+            buttons = {w["text"] for w in focused if w["tag"] == "BUTTON"}
+            links = {w["href"] for w in focused if w["tag"] == "A"}
+            assert want["buttons"] <= buttons, (todo_id, buttons)
+            assert want["links"] <= links, (todo_id, links)
+            assert "Close" in {await page.locator(f"#{w['id']}").get_attribute("aria-label")
+                               for w in focused if w["id"] == "sb-drawer-close"}
+            await page.keyboard.press("Escape")
+            await page.wait_for_selector("dialog[data-sb-drawer]", state="detached")
+            assert await page.evaluate("document.activeElement.id") == f"sb-open-{todo_id}"
+            # No trap: Tab goes on through the page after the drawer closed.
+            await page.keyboard.press("Tab")
+            assert await page.evaluate("document.activeElement.id") != f"sb-open-{todo_id}"
+        await page.watch.assert_clean(page)
