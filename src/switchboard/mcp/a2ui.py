@@ -163,7 +163,7 @@ def todo_document(detail: dict) -> list[dict]:
     for key, label in (("kind", "kind"), ("source", "source"), ("assignee", "assignee")):
         if detail.get(key):
             fields.append(_field(label, str(detail[key])))
-    if detail.get("lease_expires_at"):
+    if detail["state"] == "claimed" and detail.get("lease_expires_at"):
         fields.append(_field("lease expires", when(detail["lease_expires_at"])))
     if detail.get("next_retry_at"):
         fields.append(_field("next retry", when(detail["next_retry_at"])))
@@ -176,7 +176,7 @@ def todo_document(detail: dict) -> list[dict]:
         Card(child=Column(children=fields)),
     ]
     if detail.get("result") is not None:
-        result = json.dumps(detail["result"], ensure_ascii=False, indent=2, sort_keys=True)
+        result = json.dumps(detail["result"], ensure_ascii=False, sort_keys=True)
         sections.append(Card(child=Column(children=[Text(text="Result", variant="h3"),
                                                     Text(text=_clip(result, RESULT_CHARS_MAX))])))
 
