@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -43,11 +45,15 @@ def pg_server(tmp_path_factory):
         return
     from switchboard.db import embedded
 
-    server = embedded.start(tmp_path_factory.mktemp("pg"))
+    # Not under pytest's basetemp: as root the server runs as another system user that must traverse
+    # the path, and every pytest session that starts resets /tmp/pytest-of-<user> to mode 0700.
+    data = Path(tempfile.mkdtemp(prefix="switchboard-test-pg-"))
+    server = embedded.start(data)
     try:
         yield server.uri
     finally:
         server.release()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def _with_db(uri: str, dbname: str) -> str:

@@ -1,0 +1,148 @@
+"""Races for real (SPEC-0034 REQ-2, REQ-20; SYSTEM.md section 17): concurrent connections from one
+pool, each race repeated at least 200 times, the invariant checker after every round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import psycopg
+import pytest
+import pytest_asyncio
+
+from switchboard.core import sweeps, todos
+from switchboard.core.errors import Conflict
+
+from conftest import clean_database, core_for, create_database
+from core_world import check, make_world, sql
+
+ROUNDS = 200
+PLANT = ("INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, owner, claimed_at, lease_expires_at)"
+         " VALUES (%s, %s, 1, 'owner', 'planted', now(), now() + interval '1 minute')")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def race_uri(pg_server):
+    return create_database(pg_server)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def rcore(race_uri):
+    clean_database(race_uri)
+    async with core_for(race_uri) as c:  # max_size 20 >= every race's concurrency
+        assert c.pool.max_size >= 4
+        yield c
+
+
+async def test_race_two_claims_of_one_pending_todo(rcore):
+    """REQ-2: exactly one claim commits and the todo has exactly one attempt."""
+    core = rcore
+    w = await make_world(core)
+    a, b = w.e1.with_session("a"), w.e1.with_session("b")
+    kinds = collections.Counter()
+    for i in range(ROUNDS):
+        t = (await w.todo(f"r{i}"))["id"]
+        # Alternate the shapes of the race: by id against by id, by id against claim_next, and the
+        # owning human's Board claim against an agent.
+        first = todos.claim(core, a, t)
+        second = (lambda: todos.claim(core, b, t), lambda: todos.claim_next(core, b),
+                  lambda: todos.claim(core, w.h1, t))[i % 3]()
+        results = await asyncio.gather(first, second, return_exceptions=True)
+        wins = [r for r in results if isinstance(r, todos.ClaimResult)]
+        losses = [r for r in results if isinstance(r, Conflict) or r is None]
+        assert len(wins) == 1 and len(losses) == 1, results
+        assert wins[0].todo["id"] == t and wins[0].attempt_seq == 1
+        rows = await sql(core, "SELECT count(*) AS n, count(*) FILTER (WHERE ended_at IS NULL) AS open,"
+                               " (SELECT attempts_total FROM todos WHERE id = %s) AS total"
+                               " FROM todo_attempts WHERE todo_id = %s", (t, t))
+        assert rows[0] == {"n": 1, "open": 1, "total": 1}
+        kinds[results.index(wins[0])] += 1
+        await todos.complete(core, w.h1, t)  # keep claim_next's candidate set to the new todo
+    assert await check(core) == []
+    print("claim race winners by position:", dict(kinds))
+    assert sum(kinds.values()) == ROUNDS
+
+
+async def test_race_reaper_against_claim_next_on_a_lapsed_lease(rcore):
+    """REQ-20: exactly one of them closes the open attempt, and at most one stays open."""
+    core = rcore
+    w = await make_world(core)
+    winners = collections.Counter()
+    for i in range(ROUNDS):
+        t = (await w.todo(f"r{i}", max_attempts=5))["id"]
+        await todos.claim(core, w.e1, t)
+        await sql(core, "UPDATE todos SET lease_expires_at = now() - interval '1 minute' WHERE id = %s", (t,))
+        reaped, got = await asyncio.gather(sweeps.reap(core), todos.claim_next(core, w.e1.with_session("taker")))
+        closed = await sql(core, "SELECT seq, outcome FROM todo_attempts WHERE todo_id = %s AND seq = 1", (t,))
+        open_ = await sql(core, "SELECT seq FROM todo_attempts WHERE todo_id = %s AND ended_at IS NULL", (t,))
+        row = (await sql(core, "SELECT state, attempts_total FROM todos WHERE id = %s", (t,)))[0]
+        # Attempt 1 closed exactly once, by exactly one of them.
+        assert closed[0]["outcome"] in ("reaped", "lease_expired"), closed
+        assert len(open_) <= 1
+        if closed[0]["outcome"] == "lease_expired":
+            assert got is not None and got.todo["id"] == t and got.attempt_seq == 2 and reaped == 0
+            assert row == {"state": "claimed", "attempts_total": 2} and open_ == [{"seq": 2}]
+            winners["taker"] += 1
+        else:
+            assert reaped == 1
+            if got is not None:  # the taker came second and claimed the re-queued todo as pending
+                assert got.attempt_seq == 2 and got.prior_attempts[0]["outcome"] == "reaped"
+                assert row == {"state": "claimed", "attempts_total": 2}
+                winners["reaper, then claimed"] += 1
+            else:
+                assert row == {"state": "pending", "attempts_total": 1} and open_ == []
+                winners["reaper"] += 1
+        assert await check(core) == []
+        await todos.cancel(core, w.h1, t)  # keep claim_next's candidate set to the next round's todo
+    print("reaper vs taker:", dict(winners))
+    assert sum(winners.values()) == ROUNDS
+
+
+async def test_race_a_planted_second_open_attempt_fails_at_commit(rcore):
+    """REQ-2: the one-open-attempt constraint is deferred: both INSERTs succeed, COMMIT refuses."""
+    core = rcore
+    w = await make_world(core)
+    t = (await w.todo())["id"]
+    for i in range(ROUNDS):
+        async with core.pool.connection() as conn:
+            await conn.execute("BEGIN")
+            await conn.execute(PLANT, (t, 2 * i + 1))
+            await conn.execute(PLANT, (t, 2 * i + 2))  # no error yet: checked at commit
+            with pytest.raises(psycopg.errors.ExclusionViolation) as err:
+                await conn.execute("COMMIT")
+            assert err.value.sqlstate == "23P01"
+    assert (await sql(core, "SELECT count(*) AS n FROM todo_attempts"))[0]["n"] == 0
+    assert await check(core) == []
+
+
+async def test_race_two_transactions_planting_open_attempts_concurrently(rcore):
+    """The same constraint across connections: of two concurrent transactions that each open an
+    attempt for one todo, exactly one commits. The other fails at COMMIT: 23P01, or 40P01 when both
+    reached their deferred checks at once and each waited for the other (PostgreSQL then aborts one,
+    and the survivor's check still finds the conflict or commits alone)."""
+    core = rcore
+    w = await make_world(core)
+    outcomes = collections.Counter()
+    ids = [(await w.todo(f"p{i}"))["id"] for i in range(ROUNDS)]
+
+    async def plant(todo_id: str, seq: int) -> str:
+        async with core.pool.connection() as conn:
+            await conn.execute("BEGIN")
+            await conn.execute(PLANT, (todo_id, seq))
+            try:
+                await conn.execute("COMMIT")
+            except (psycopg.errors.ExclusionViolation, psycopg.errors.DeadlockDetected) as exc:
+                await conn.rollback()
+                return exc.sqlstate
+            return "committed"
+
+    for t in ids:
+        results = await asyncio.gather(plant(t, 1), plant(t, 2))
+        assert results.count("committed") == 1 and set(results) <= {"committed", "23P01", "40P01"}, results
+        outcomes.update(results)
+    rows = await sql(core, "SELECT todo_id, count(*) AS n FROM todo_attempts GROUP BY todo_id")
+    assert len(rows) == ROUNDS and all(r["n"] == 1 for r in rows)
+    assert outcomes["committed"] == ROUNDS and outcomes["23P01"] + outcomes["40P01"] == ROUNDS
+    print("planted pairs:", dict(outcomes))
+    await sql(core, "DELETE FROM todo_attempts")
