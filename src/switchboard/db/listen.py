@@ -62,7 +62,7 @@ class ReadyListener:
         await asyncio.wait_for(self.connected.wait(), timeout)
 
     async def _listen_forever(self) -> None:
-        delay = self.backoff[0]
+        delay: float | None = None  # None: the first retry after a good connection waits backoff[0]
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self.uri, autocommit=True) as conn:
@@ -71,7 +71,7 @@ class ReadyListener:
                     self.connections += 1
                     first = self.connections == 1
                     self.connected.set()
-                    delay = self.backoff[0]
+                    delay = None
                     if not first:
                         log.info("listen connection restored", extra={"event": "listen_reconnected"})
                         await self._resync()
@@ -84,8 +84,8 @@ class ReadyListener:
                             extra={"event": "listen_lost", "reason": type(exc).__name__})
             self.connected.clear()
             self.backend_pid = None
+            delay = self.backoff[0] if delay is None else min(delay * 2, self.backoff[1])
             await asyncio.sleep(delay)
-            delay = min(delay * 2, self.backoff[1])
 
     @staticmethod
     def _parse(payload: str) -> dict:

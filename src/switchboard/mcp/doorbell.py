@@ -90,10 +90,13 @@ class Doorbell:
         self.rering_intervals: tuple[float, ...] = rings.RERING_INTERVALS
         self.stats = {"rung": 0, "gated": 0, "notifications": 0}
         self._tasks: set[asyncio.Task] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.welcomed: set[str] = set()  # sessions whose opening ring is done (tests wait on it)
 
     # ------------------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
         self.listener.uri = self.ctx.shared["database_uri"]
         self.listener.on_batch.append(self.on_wakeups)
         self.listener.on_reconnect.append(self.resync)
@@ -214,6 +217,7 @@ class Doorbell:
             if state:
                 break
             if time.monotonic() > deadline or self.sessions is None or self.sessions.get(live.session_id) is None:
+                self.welcomed.add(live.session_id)
                 return
             await asyncio.sleep(0.05)
         try:
@@ -223,13 +227,19 @@ class Doorbell:
                 await self.ring(todo, use_gate=False, only=[live])
         except Exception:
             log.exception("doorbell welcome ring failed", extra={"endpoint": live.caller.slug})
+        finally:
+            if len(self.welcomed) > 10_000:
+                self.welcomed.clear()
+            self.welcomed.add(live.session_id)
 
     async def rering(self, core: Any = None) -> None:
-        """Sweep tick: count a re-ring on due pending todos of endpoints with sessions here; the
-        wake-ups their statement sends ring every process's sessions."""
+        """Sweep tick (`sweeps.TICK_HOOKS`, called with the sweeping core): count a re-ring on due
+        pending todos of endpoints with sessions here; the wake-ups their statement sends at commit
+        ring every process's sessions."""
         endpoints = self._local_endpoints()
-        if endpoints and self.ctx.core is not None:
-            await rings.rering_due(self.ctx.core, endpoints, intervals=self.rering_intervals)
+        core = core or self.ctx.core
+        if endpoints and core is not None:
+            await rings.rering_due(core, endpoints, intervals=self.rering_intervals)
 
 
 def component(ctx: AppContext) -> Component:
