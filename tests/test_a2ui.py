@@ -8,6 +8,8 @@ the same core functions as get_todo and list_todos, so their scoping is tested h
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -21,6 +23,7 @@ from referencing.jsonschema import DRAFT202012
 from switchboard.core import shapes, sweeps, todos
 from switchboard.core.errors import NotFound
 from switchboard.mcp import a2ui
+from switchboard.mcp import a2ui_documents as documents
 from switchboard.web.app import AppContext
 
 from core_world import attempt_rows, lapse, make_due, make_world, sql
@@ -33,10 +36,10 @@ SESSION = "mcp-session-SECRET-7f3a"
 
 def validate(messages: list[dict]) -> None:
     """Raise unless the messages pass the official checks for the v0.9 basic catalog."""
-    catalog = BasicCatalog(a2ui.PROTOCOL_VERSION)
+    catalog = BasicCatalog(documents.PROTOCOL_VERSION)
     validate_payload([catalog], messages)
-    s2c = load_agent_to_renderer_schema(a2ui.PROTOCOL_VERSION)
-    common = load_common_types_schema(a2ui.PROTOCOL_VERSION)
+    s2c = load_agent_to_renderer_schema(documents.PROTOCOL_VERSION)
+    common = load_common_types_schema(documents.PROTOCOL_VERSION)
     schema = catalog.to_json()
     schema = json.loads(schema) if isinstance(schema, str) else schema
     base = s2c["$id"].rsplit("/", 1)[0]
@@ -159,7 +162,7 @@ async def test_attempt_2_reaped_shows_the_died_marker_and_its_last_heartbeat(cor
         "Attempt 1 (seq 1) · failed",
     ]
     second, first = (card_texts(c) for c in cards)
-    assert f"last heartbeat: {a2ui.when(beat)}" in second
+    assert f"last heartbeat: {documents.when(beat)}" in second
     assert "claimant: box-9/fixer (endpoint)" in second
     assert any(x.startswith("claimed ") and " · ended " in x for x in second)
     assert not any("summary" in x for x in second)  # a died attempt never reported
@@ -205,7 +208,7 @@ async def test_no_session_or_lease_secret_reaches_the_document(core):
     w = await make_world(core)
     t, _ = await history_todo(core, w)
     got = await todos.claim(core, w.e1.with_session(SESSION), t["id"], require_fence=True)
-    text = a2ui.dumps(await a2ui.read_todo(core, w.e1, t["id"]))
+    text = documents.dumps(await a2ui.read_todo(core, w.e1, t["id"]))
     (row,) = await sql(core, "SELECT encode(lease_token_hash, 'hex') AS h FROM todo_attempts"
                              " WHERE todo_id = %s AND ended_at IS NULL", (t["id"],))
     for secret in (SESSION, got.lease_token, row["h"], "claimer_session", "lease_token", str(w.e1.endpoint_id)):
@@ -255,7 +258,7 @@ async def test_queue_document_lists_pending_todos_as_cards(core):
 
     doc = await a2ui.read_queue(core, w.e1, "inbox")
     validate(doc)
-    text = a2ui.dumps(doc)
+    text = documents.dumps(doc)
     for absent in (busy, other_queue, foreign):
         assert absent["id"] not in text and absent["title"] not in text
     cards = [[x["text"] for x in walk(doc, c["id"]) if x["component"] == "Text"]
@@ -294,7 +297,7 @@ def test_age_reads_in_two_units():
     for delta, want in ((timedelta(seconds=45), "45s"), (timedelta(minutes=3, seconds=12), "3m 12s"),
                         (timedelta(hours=2, minutes=5), "2h 5m"), (timedelta(days=4, hours=1), "4d 1h"),
                         (timedelta(seconds=-5), "0s")):
-        assert a2ui.age(shapes.ts(now - delta), now) == want
+        assert documents.age(shapes.ts(now - delta), now) == want
 
 
 # ------------------------------------------------------------------------------------- provider
@@ -326,3 +329,10 @@ async def test_provider_is_registered_only_with_the_flag(core):
     assert await quiet.list_resources(w.e1) == [] and quiet.list_templates(w.e1) == []
     assert await quiet.read(w.e1, f"switchboard://todo/{t['id']}/a2ui") is None
     assert quiet.instructions() is None
+
+
+def test_a_server_without_a2ui_never_loads_the_a2ui_packages():
+    probe = ("import sys, switchboard.mcp.a2ui, switchboard.web.app; "
+             "print(sorted(m for m in sys.modules if m == 'a2ui' or m.startswith('a2ui.')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"

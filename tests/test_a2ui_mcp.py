@@ -13,7 +13,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from switchboard.core import endpoints
-from switchboard.mcp import a2ui
+from switchboard.mcp import a2ui_documents as documents
 
 from core_world import World
 from mcp_support import Raw, sdk, vend
@@ -76,7 +76,7 @@ async def test_a2ui_resources_over_mcp(core, live_server):
         validate(doc)
         second, first = (card_texts(c) for c in attempt_cards(doc))
         assert second[0] == "Attempt 2 (seq 2) · reaped · died: no report"
-        assert f"last heartbeat: {a2ui.when(beat)}" in second
+        assert f"last heartbeat: {documents.when(beat)}" in second
         assert "<script>alert(1)</script>" in first
 
         queue = await client.read_resource("switchboard://queue/inbox/a2ui?w=480")

@@ -17,6 +17,7 @@ import pytest
 
 from switchboard.core import todos
 from switchboard.mcp import a2ui
+from switchboard.mcp import a2ui_documents as documents
 
 from conftest import ROOT, chromium_path
 from core_world import make_world
@@ -79,7 +80,7 @@ async def test_the_official_renderer_shows_the_attempt_list(core, page, tmp_path
     assert headers == ["Attempt 3 (seq 3) · completed",
                        "Attempt 2 (seq 2) · reaped · died: no report",
                        "Attempt 1 (seq 1) · failed"]
-    assert await page.get_by_text(f"last heartbeat: {a2ui.when(beat)}", exact=True).is_visible()
+    assert await page.get_by_text(f"last heartbeat: {documents.when(beat)}", exact=True).is_visible()
     assert await page.get_by_text("claimant: box-9/fixer (endpoint)", exact=True).is_visible()
     # The summary is shown as the characters it is: no element made of it, nothing run.
     assert await page.get_by_text(SCRIPT, exact=True).is_visible()
