@@ -113,6 +113,11 @@ class Watch:
 
         page.on("dialog", on_dialog)
 
+    def expected_http_errors(self, *codes: int) -> None:
+        """The page was meant to get these error statuses (Chromium logs each): forget exactly those."""
+        marks = tuple(f"status of {c} " for c in codes)
+        self.console_errors = [e for e in self.console_errors if not any(m in e for m in marks)]
+
     async def violations(self, page: Page) -> list[str]:
         return await page.evaluate("window.__sbViolations || []")
 
@@ -166,10 +171,10 @@ async def axe_violations(page: Page) -> list[dict]:
             for v in results.response.get("violations", [])]
 
 
-async def screenshot(page: Page, name: str) -> Path:
+async def screenshot(page: Page, name: str, *, full_page: bool = False) -> Path:
     SCREENS.mkdir(parents=True, exist_ok=True)
     path = SCREENS / f"board-{name}.png"
-    await page.screenshot(path=str(path), full_page=False)
+    await page.screenshot(path=str(path), full_page=full_page)
     return path
 
 

@@ -79,6 +79,7 @@ async def test_drawer_shows_a_death_and_summary_markup_is_inert(board_server, br
             assert secret not in html
         await page.wait_for_timeout(200)
         await page.watch.assert_clean(page)
+        await heading.evaluate("h => h.scrollIntoView({block: 'start'})")
         await screenshot(page, "drawer")
 
 
