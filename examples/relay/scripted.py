@@ -8,9 +8,10 @@ build/) and behaves the way the mode on its command line says, so every path of 
     python3 scripted.py sloppy           "succeed" but leave a TODO behind (the gate refuses it)
     python3 scripted.py crash            exit 3 without a receipt
     python3 scripted.py hang             never finish (until the relay kills it)
+    python3 scripted.py hang-first       never finish on a first try; succeed once an attempt came before
     python3 scripted.py check            the quality gate: build/<task>.txt exists and has no TODO
 
-Every run appends "<task> <attempt> <mode>" to build/runs.log and keeps the prior-attempts file it was
+Every run appends "<task> <attempt> <mode> <pid>" to build/runs.log and keeps the prior-attempts file it was
 given as build/prior/<task>.<attempt>.json, so a reader (or a test) can see what each attempt saw.
 The prior attempts are data: this worker reads them to decide, and never runs anything they say.
 """
@@ -52,9 +53,9 @@ def main(argv):
     (BUILD / "prior").mkdir(parents=True, exist_ok=True)
     shutil.copy(os.environ["RELAY_PRIOR_ATTEMPTS_FILE"], BUILD / "prior" / f"{task}.{attempt}.json")
     with open(BUILD / "runs.log", "a", encoding="utf-8") as log:
-        log.write(f"{task} {attempt} {mode}\n")
+        log.write(f"{task} {attempt} {mode} {os.getpid()}\n")
 
-    if mode == "hang":
+    if mode == "hang" or (mode == "hang-first" and not prior_attempts()):
         print("working…", flush=True)
         while True:
             time.sleep(1)

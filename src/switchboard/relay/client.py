@@ -3,8 +3,7 @@
 - `Producer`: the human API token (`sbh_…`) on the producer API (`/api/v1`): push todos, read the
   owner's view of a todo with every attempt, and the owner's actions (retry, cancel, fail).
 - `Drain`: the endpoint credential (`sbk_…`) over MCP with the official SDK client (Streamable HTTP, an
-  httpx2 client carrying the bearer header): list_todos, get_todo, claim, claim_next, heartbeat,
-  complete, fail, release.
+  httpx2 client carrying the bearer header): claim_next, claim, heartbeat, complete, fail, release.
 
 Both are checked before any work starts (`open_server`): a missing, malformed or refused URL, token or
 credential is a `RelayError` naming the flag and the environment variable to fix.
@@ -28,8 +27,6 @@ TRANSIENT_RETRIES = 4
 
 # What the relay needs from the endpoint: each verb and the arguments it must declare (no unfenced mode).
 REQUIRED_TOOLS = {
-    "list_todos": ("queue", "state", "limit"),
-    "get_todo": ("id",),
     "claim": ("id", "require_fence", "claimant", "lease_ttl_seconds"),
     "claim_next": ("queue", "require_fence", "claimant", "lease_ttl_seconds"),
     "heartbeat": ("id", "lease_token", "lease_ttl_seconds"),
@@ -187,6 +184,11 @@ class Producer:
             raise
         return data["todo"], bool(data.get("created"))
 
+    async def list_todos(self, *, queue: str, limit: int = 500, offset: int = 0) -> list[dict]:
+        data = await self._request("GET", f"/api/v1/endpoints/{quote(self.conn.slug, safe='')}/todos",
+                                   verb="list", params={"queue": queue, "limit": limit, "offset": offset})
+        return data["todos"]
+
     async def get(self, todo_id: str) -> dict:
         data = await self._request("GET", f"/api/v1/todos/{quote(todo_id, safe='')}", verb="get")
         return data.get("todo", data) if isinstance(data, dict) and "attempts" not in data else data
@@ -272,7 +274,7 @@ class Drain:
             lacking.extend(f"{name}.{a}" for a in args if a not in props)
         if missing:
             raise RelayError(f"endpoint {self.conn.slug} lacks the verbs {', '.join(missing)}: vend one with the "
-                             "default verbs (list_todos claim claim_next heartbeat complete fail release)",
+                             "default verbs (claim claim_next heartbeat complete fail release among them)",
                              exit_code=2)
         if lacking:
             raise RelayError(f"the server's tools do not declare {', '.join(lacking)}: the relay needs fenced "
@@ -317,12 +319,6 @@ class Drain:
         raise AssertionError("unreachable")
 
     # The verbs, named as on the wire.
-
-    async def list_todos(self, *, queue: str, state: str | None = None, limit: int = 200) -> list[dict]:
-        return (await self.call_retrying("list_todos", {"queue": queue, "state": state, "limit": limit}))["todos"]
-
-    async def get_todo(self, todo_id: str, attempts_limit: int = 50) -> dict:
-        return await self.call_retrying("get_todo", {"id": todo_id, "attempts_limit": attempts_limit})
 
     async def claim_next(self, *, queue: str, lease_ttl_seconds: int, claimant: str) -> dict | None:
         body = await self.call("claim_next", {"queue": queue, "lease_ttl_seconds": lease_ttl_seconds,

@@ -8,7 +8,8 @@
   task it depends on is done, with `max_attempts` = the epic's `max_attempts_per_task`.
 - **Gates** are dead letters (`fail` with `retry: false`), their reason in the closing attempt's summary.
 
-Todos are found with `list_todos` on the epic's queue and read in full with the owner's view
+Todos are found with the owner's list of the endpoint's todos on the epic's queue
+(`GET /api/v1/endpoints/{slug}/todos?queue=…`, paged) and read in full with the owner's view
 (`GET /api/v1/todos/{id}`: every attempt). Nothing is kept locally.
 """
 
@@ -22,8 +23,7 @@ from .epic import Epic, plan_difference, plan_digest
 RECORD_KIND = "relay_epic"
 TASK_KIND = "relay_task"
 RECORD_ASSIGNEE = "relay:epic-record"
-LIST_LIMIT = 200
-STATES = ("pending", "claimed", "input-required", "failed", "done", "canceled")
+PAGE = 500
 TITLE_MAX_CHARS = 512
 
 
@@ -56,7 +56,6 @@ def record_payload(epic: Epic) -> dict:
 class EpicState:
     record: dict | None
     todos: dict[str, list[dict]] = field(default_factory=dict)  # task id -> owner views, oldest first
-    complete_listing: bool = True
 
 
 def _check_record(epic: Epic, record: dict) -> dict:
@@ -79,17 +78,17 @@ async def ensure_record(server: Server, epic: Epic) -> tuple[dict, bool]:
     return _check_record(epic, todo), created
 
 
-async def _listing(server: Server, epic: Epic) -> tuple[list[dict], bool]:
-    rows = await server.drain.list_todos(queue=epic.queue, limit=LIST_LIMIT)
-    if len(rows) < LIST_LIMIT:
-        return rows, True
-    by_id: dict[str, dict] = {}
-    complete = True
-    for state in STATES:
-        part = await server.drain.list_todos(queue=epic.queue, state=state, limit=LIST_LIMIT)
-        complete = complete and len(part) < LIST_LIMIT
-        by_id.update({r["id"]: r for r in part})
-    return list(by_id.values()), complete
+async def _listing(server: Server, epic: Epic) -> list[dict]:
+    """Every todo on the epic's queue, through the owner's paged list (newest first)."""
+    rows: dict[str, dict] = {}
+    offset = 0
+    while True:
+        page = await server.producer.list_todos(queue=epic.queue, limit=PAGE, offset=offset)
+        for row in page:
+            rows.setdefault(row["id"], row)
+        if len(page) < PAGE:
+            return list(rows.values())
+        offset += PAGE
 
 
 async def load_state(server: Server, epic: Epic, *, cache: dict[str, dict] | None = None,
@@ -99,7 +98,7 @@ async def load_state(server: Server, epic: Epic, *, cache: dict[str, dict] | Non
     `cache` maps todo ids to owner views already read; views of finished todos (done, canceled) cannot
     change and are reused, others are read again.
     """
-    rows, complete = await _listing(server, epic)
+    rows = await _listing(server, epic)
     record_row = None
     prefix = f"{epic.id}/"
     mine = []
@@ -114,7 +113,7 @@ async def load_state(server: Server, epic: Epic, *, cache: dict[str, dict] | Non
     elif require_record:
         raise RelayError(f"epic {epic.id} is not recorded on the server (queue {epic.queue}): run "
                          "`switchboard relay init` first")
-    state = EpicState(record=record, complete_listing=complete)
+    state = EpicState(record=record)
     for row in sorted(mine, key=lambda r: (r.get("created_at") or "", r["id"])):
         view = cache.get(row["id"]) if cache is not None else None
         if view is None or view.get("state") not in ("done", "canceled") or view.get("state") != row.get("state"):
