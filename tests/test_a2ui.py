@@ -192,7 +192,8 @@ async def test_artifact_is_a_link_only_when_https(core):
     buttons = [c for c in walk(doc) if c["component"] == "Button"]
     assert len(buttons) == 1
     (button,) = buttons
-    assert button["action"] == {"functionCall": {"call": "openUrl", "args": {"url": "https://ci.example.com/run/41"}}}
+    assert button["action"] == {"functionCall": {"call": "openUrl",
+                                                 "args": {"url": "https://ci.example.com/run/41"}}}
     assert components(doc)[button["child"]] == {"id": button["child"], "component": "Text",
                                                 "text": "https://ci.example.com/run/41", "variant": "body"}
     released = attempt_cards(doc)[0]
@@ -270,7 +271,8 @@ async def test_queue_document_lists_pending_todos_as_cards(core):
         return found
 
     assert card(fresh)[:2] == ["fresh one", f"{fresh['id']} · pending"]
-    assert card(fresh)[2:] == ["age", "2h 5m", "attempt counter", "attempt 0 of 5", "last outcome", "never claimed"]
+    assert card(fresh)[2:] == ["age", "2h 5m", "attempt counter", "attempt 0 of 5",
+                               "last outcome", "never claimed"]
     assert card(died)[-4:] == ["attempt counter", "attempt 2 of 5", "last outcome", "reaped · died: no report"]
     assert card(released)[-1] == "released"
     # Oldest first: the queue's order of work.
