@@ -5,7 +5,12 @@ Returns a list of violations (empty when the database is consistent):
 - seqs contiguous above the pruned prefix, and attempts_total = max(seq);
 - an open attempt exactly when the todo holds a lease (claimed or input-required);
 - every closed attempt's disposition agrees with the todo's state when it is the newest one;
-- died attempts carry no summary or artifact.
+- died attempts carry no summary or artifact;
+- the open attempt carries the todo's owner and attempt counter;
+- owner and lease agree with the state (a claimed todo holds both, an interrupted one keeps its owner
+  with the lease clock stopped, a pending or finished one holds no lease);
+- counters agree: attempt <= max_attempts, a parked retry is below the cap, attempts_pruned <= attempts_total;
+- no attempt ends before it was claimed.
 """
 
 from __future__ import annotations
@@ -36,6 +41,22 @@ CHECKS = {
     "died attempt with a summary or artifact": """
         SELECT todo_id FROM todo_attempts
          WHERE outcome IN ('lease_expired', 'reaped') AND (summary IS NOT NULL OR artifact IS NOT NULL)""",
+    "open attempt disagrees with the todo's owner or attempt counter": """
+        SELECT t.id FROM todos t JOIN todo_attempts a ON a.todo_id = t.id AND a.ended_at IS NULL
+         WHERE a.owner IS DISTINCT FROM t.owner OR a.attempt <> t.attempt OR a.seq <> t.attempts_total""",
+    "owner or lease disagrees with the state": """
+        SELECT id FROM todos
+         WHERE (state = 'claimed' AND (owner IS NULL OR lease_expires_at IS NULL))
+            OR (state = 'input-required' AND (owner IS NULL OR lease_expires_at IS NOT NULL))
+            OR (state = 'pending' AND (owner IS NOT NULL OR lease_expires_at IS NOT NULL))
+            OR (state IN ('done', 'failed', 'canceled') AND lease_expires_at IS NOT NULL)""",
+    "counters out of range": """
+        SELECT id FROM todos
+         WHERE attempt > max_attempts OR attempts_pruned > attempts_total
+            OR (state = 'failed' AND next_retry_at IS NOT NULL AND attempt >= max_attempts)
+            OR (state <> 'failed' AND next_retry_at IS NOT NULL)""",
+    "attempt ended before it was claimed": """
+        SELECT todo_id FROM todo_attempts WHERE ended_at < claimed_at""",
 }
 
 

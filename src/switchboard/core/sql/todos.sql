@@ -98,7 +98,8 @@ WITH t AS (
     RETURNING a.*
 ), u AS (
     UPDATE todos x
-       SET state = 'done', result = %(result)s, completed_at = now(), updated_at = now()
+       SET state = 'done', result = %(result)s, lease_expires_at = NULL, completed_at = now(),
+           updated_at = now()
       FROM a
      WHERE x.id = a.todo_id
     RETURNING x.*
