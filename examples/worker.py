@@ -29,11 +29,17 @@ import signal
 import socket
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPDeprecationWarning
+
+# This worker speaks the 2025-11-25 session era on purpose: it is the era with a notification stream
+# (resources/subscribe), and its session id is recorded on each attempt as claimer_session.
+warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
 QUEUE_PREFIX = "switchboard://queues/"
 
