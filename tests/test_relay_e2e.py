@@ -3,16 +3,18 @@ real process speaking MCP and the producer API, and scripted workers as real pro
 
 from __future__ import annotations
 
-import json
+import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
 
 import pytest
 
 from switchboard.relay.receipts import parse_summary
 
-from conftest import clean_database
+from conftest import ROOT, clean_database, start_process_server
 from relay_world import World, copy_example, make_world, write_epic
 
 FAST = dict(retry_backoff_base_seconds=0.2, retry_backoff_max_seconds=0.5, rate_limit_rps=500, rate_limit_burst=500)
@@ -55,74 +57,69 @@ def assert_ledger_matches_server(world: World, queue: str) -> None:
                 assert entry.get("summary") == a["summary"]
 
 
-def test_the_example_epic_runs_as_documented(world):
-    epic = copy_example(world.dir)
-    r = world.relay("init", str(epic.name))
-    assert r.returncode == 0, r.stderr
-    assert "recorded epic relay-demo (4 tasks: T1, T2, T3, T4)" in r.stdout
-    led = world.ledger()
-    assert led["task_status"] == {"T1": "pending", "T2": "blocked", "T3": "blocked", "T4": "blocked"}
-    assert led["attempts"] == {} and led["gated_tasks"] == {}
+def _docs_block(heading: str) -> str:
+    text = (ROOT / "docs" / "relay.md").read_text()
+    section = text.split(heading, 1)[1]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    return blocks[1]  # the first block starts the server; the second is the walk-through
 
-    r = world.relay("work")
-    assert r.returncode == 1, r.stdout + r.stderr  # stuck: T3 gated, T4 behind it
-    assert "no runnable tasks: T3 gated (repeated_failure); T4 blocked by T3" in r.stdout
 
-    runs = world.runs()
-    assert [(t, a) for t, a, _, _ in runs if t in ("T1", "T2")] == [("T1", 1), ("T2", 1), ("T2", 2)]
-    assert [(t, a) for t, a, _, _ in runs if t == "T3"] == [("T3", 1), ("T3", 2)]
+def test_the_example_epic_runs_as_documented(pg_uri, tmp_path):
+    """docs/relay.md's walk-through, exactly as written, against `switchboard serve` as a process."""
+    clean_database(pg_uri)
+    srv = start_process_server(pg_uri, {"SWITCHBOARD_RETRY_BACKOFF_BASE_SECONDS": "0.2",
+                                        "SWITCHBOARD_RETRY_BACKOFF_MAX_SECONDS": "0.5"})
+    try:
+        shutil.copytree(ROOT / "examples" / "relay", tmp_path / "examples" / "relay",
+                        ignore=shutil.ignore_patterns("build", "attempt-ledger.yml", "__pycache__"))
+        (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
+        env.update(SWITCHBOARD_DATABASE_URL=pg_uri, SWITCHBOARD_PORT=srv.url.rsplit(":", 1)[1])
+        run = subprocess.run(["bash", "-euo", "pipefail", "-c", _docs_block("## Try it")], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=240)
+    finally:
+        srv.stop()
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    assert "recorded epic relay-demo (4 tasks: T1, T2, T3, T4)" in out
+    assert "no runnable tasks: T3 gated (repeated_failure); T4 blocked by T3" in out
+    assert "relay work stopped with exit code 1" in out
+    assert "gated: repeated_failure" in out and "waiting on T3" in out  # the status table
+    assert "T3 unblocked (was repeated_failure): retried" in out
+    assert "epic relay-demo complete" in out and "the rebuilt ledger is identical" in out
+
+    world = World(url="", token="", credential="", pg_uri=pg_uri, human_name="relay-op",
+                  dir=tmp_path / "examples" / "relay")
+    # Each task ran as often as the story says, and finished work was not redone after the restart.
+    runs = [(t, a) for t, a, _, _ in world.runs()]
+    assert [r for r in runs if r[0] in ("T1", "T2")] == [("T1", 1), ("T2", 1), ("T2", 2)]
+    assert [r for r in runs if r[0] in ("T3", "T4")] == [("T3", 1), ("T3", 2), ("T3", 1), ("T4", 1)]
     # T2's second run received the first failure's receipt in its prior-attempts file.
     seen = world.prior("T2", 2)
     assert seen["attempt"] == 2 and seen["max_attempts"] == 3 and "never instructions" in seen["note"]
-    first = seen["prior_attempts"][0]
-    assert first["outcome"] == "failed" and first["died"] is False
+    (first,) = seen["prior_attempts"]
+    assert first["outcome"] == "failed" and first["died"] is False and first["seq"] == 1
     assert first["receipt"]["error_category"] == "test_failure"
     assert first["receipt"]["error_summary"] == "test_login failed: expected 200, got 500"
     assert first["receipt"]["suggestion"] == "seed the users table before the login test"
     assert world.prior("T2", 1)["prior_attempts"] == []
     assert "seed the users table" in (world.dir / "build" / "T2.txt").read_text()
 
-    status = world.status()
-    assert status["counts"] == {"completed": 2, "in_progress": 0, "pending": 0, "blocked": 1, "gated": 1}
-    t3 = next(t for t in status["tasks"] if t["id"] == "T3")
-    assert t3["gate"]["reason"] == "repeated_failure" and [a["error_category"] for a in t3["attempts"]] == [
-        "missing_dependency", "missing_dependency"]
-    assert next(t for t in status["tasks"] if t["id"] == "T4")["waiting_on"] == ["T3"]
-
-    # The file is a view: what `work` wrote is exactly what the server says, and rebuilding it changes nothing.
-    assert_ledger_matches_server(world, "relay-demo")
-    written = (world.dir / "attempt-ledger.yml").read_bytes()
-    (world.dir / "attempt-ledger.yml").unlink()
-    code, out, err = world.cli("ledger")
-    assert code == 0, err
-    assert (world.dir / "attempt-ledger.yml").read_bytes() == written
-    led = world.ledger()
-    assert led["gated_tasks"]["T3"]["reason"] == "repeated_failure"
-    assert led["task_status"] == {"T1": "completed", "T2": "completed", "T3": "gated", "T4": "blocked"}
-
-    # Every claim was fenced and labelled relay/<host>/<epic>/<pid>.
-    rows = world.sql("SELECT claimant, lease_token_hash IS NOT NULL FROM todo_attempts")
-    assert rows and all(fenced for _, fenced in rows)
-    label = re.compile(rf"^relay/{re.escape(socket.gethostname())}/relay-demo/\d+$")
-    assert all(label.match(claimant) for claimant, _ in rows)
-
-    # Give T3 what it lacked, lift the gate, and the epic finishes without redoing finished work.
-    (world.dir / "build" / "schema.json").write_text("{}")
-    code, out, err = world.cli("unblock", "T3")
-    assert code == 0, err
-    assert "T3 unblocked (was repeated_failure): retried" in out
-    r = world.relay("work", "--workers", "2")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "epic relay-demo complete" in r.stdout
-    counts = {}
-    for task, _, _, _ in world.runs():
-        counts[task] = counts.get(task, 0) + 1
-    assert counts == {"T1": 1, "T2": 2, "T3": 3, "T4": 1}
+    # The ledger the relay wrote is the server's history, exactly.
     led = world.ledger()
     assert set(led["task_status"].values()) == {"completed"} and led["gated_tasks"] == {}
+    assert [a["receipt"].get("gate") for a in led["attempts"]["T3"]] == [None, "repeated_failure", None]
     assert led["ended_at"] is not None and led["duration_minutes"] is not None
     assert_ledger_matches_server(world, "relay-demo")
 
+    # Every claim was fenced and labelled relay/<host>/<epic>/<pid>.
+    rows = world.sql("SELECT claimant, lease_token_hash IS NOT NULL FROM todo_attempts")
+    assert len(rows) == 7 and all(fenced for _, fenced in rows)
+    label = re.compile(rf"^relay/{re.escape(socket.gethostname())}/relay-demo/\d+$")
+    assert all(label.match(claimant) for claimant, _ in rows)
+    # The epic's record stayed pending and unclaimed: no agent can take it.
+    assert world.sql("SELECT state, attempts_total, assignee FROM todos WHERE kind = 'relay_epic'") == [
+        ("pending", 0, "relay:epic-record")]
 
 def _epic(tasks: dict, **settings) -> dict:
     return {"version": 2, "id": "e2e", "title": "End to end", "worker": "python3 scripted.py succeed",
@@ -254,6 +251,12 @@ def test_missing_or_wrong_connection_settings_stop_before_any_work(world, live_s
     for override, message in cases:
         code, _, err = world.cli("work", env=world.env(**override))
         assert code == 2 and message in err, (override, err)
+    other_token = _token_of_another_human(world)
+    code, _, err = world.cli("work", env=world.env(SWITCHBOARD_API_TOKEN=other_token))
+    assert code == 2 and "does not belong to the API token's user" in err, err
+    write_epic(world.dir, _epic({"T1": {"title": "never runs"}}, queue="elsewhere"))
+    code, _, err = world.cli("init", "epic.yml")
+    assert code == 2 and "is not vended with queue elsewhere (its queues: relay-demo)" in err, err
     assert world.runs() == [] and world.sql("SELECT count(*) FROM todos") == [(0,)]
 
     # The same checks guard every command, and a bad epic is named before the server is asked anything.
@@ -266,6 +269,18 @@ def test_missing_or_wrong_connection_settings_stop_before_any_work(world, live_s
     code, _, err = world.cli("init", "epic.yml")
     assert code == 1 and "T1 depends on T7, which is not a task of this epic" in err
     assert world.sql("SELECT count(*) FROM todos") == [(0,)]
+
+
+def _token_of_another_human(world: World) -> str:
+    from switchboard.core import humans
+
+    from conftest import core_for, run_async
+
+    async def make() -> str:
+        async with core_for(world.pg_uri) as core:
+            return (await humans.create_token(core, await humans.add(core, "mallory", "password123")))[0]
+
+    return run_async(make())
 
 
 def test_block_and_unblock_by_hand(world):

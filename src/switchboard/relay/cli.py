@@ -34,7 +34,12 @@ LedgerOpt = typer.Option(None, "--ledger", help="Where the ledger view goes (def
                                                 "the epic).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object.")
 
-err_console = Console(stderr=True)
+
+
+def _console() -> Console:
+    """Rich output; when it goes to a file or a pipe, wide enough that table rows stay on one line."""
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
 
 
 def _fail(message: str, code: int) -> None:
@@ -143,7 +148,7 @@ def work(epic_file: Path = EpicOpt,
         _fail(f"{exc.path}: {'; '.join(exc.problems)}", 2)
     conn = _connection(url, api_token, credential)
     path = _ledger_path(epic, ledger)
-    console = Console()
+    console = _console()
 
     async def run(server: Server) -> int:
         with Display(console, f"epic {epic.id}: {epic.title}") as display:
@@ -190,7 +195,7 @@ def status(epic_file: Path = EpicOpt, url: Optional[str] = UrlOpt, api_token: Op
     views = out.pop("_views")
 
     def text(o: dict) -> None:
-        Console().print(task_table(views, title=f"epic {o['epic_id']}: {o['title']}"))
+        _console().print(task_table(views, title=f"epic {o['epic_id']}: {o['title']}"))
 
     _emit(out, as_json, text)
 

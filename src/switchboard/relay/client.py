@@ -21,7 +21,6 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import httpx
 
 URL_ENV, TOKEN_ENV, CREDENTIAL_ENV = "SWITCHBOARD_URL", "SWITCHBOARD_API_TOKEN", "SWITCHBOARD_CREDENTIAL"
-PROBE_ID = "td_00000000-0000-0000-0000-000000000000"
 HTTP_TIMEOUT = 30.0
 TRANSIENT_RETRIES = 4
 
@@ -159,13 +158,17 @@ class Producer:
             return data
         raise AssertionError("unreachable")
 
-    async def check(self) -> None:
-        """The token works: reading an id that cannot exist answers not_found, not 401."""
-        try:
-            await self._request("GET", f"/api/v1/todos/{PROBE_ID}", verb="check the API token")
-        except Refused as exc:
-            if exc.code != "not_found":
-                raise
+    async def endpoint(self) -> dict:
+        """The endpoint named by the URL, as its owner sees it; refused when the token's human does not own it."""
+        data = await self._request("GET", "/api/v1/endpoints", verb="list endpoints")
+        for ep in data.get("endpoints", []):
+            if ep.get("slug") == self.conn.slug:
+                if ep.get("state", "active") != "active":
+                    raise RelayError(f"endpoint {self.conn.slug} is {ep.get('state')}: vend a new one", exit_code=2)
+                return ep
+        raise RelayError(f"endpoint {self.conn.slug} does not belong to the API token's user: "
+                         f"{TOKEN_ENV} / --api-token and {URL_ENV} / --url must belong to the same human",
+                         exit_code=2)
 
     async def push(self, *, title: str, queue: str, payload: dict, kind: str, key: str,
                    max_attempts: int | None = None, assignee: str | None = None) -> tuple[dict, bool]:
@@ -380,11 +383,18 @@ class Server:
         self.conn = conn
         self.producer = Producer(conn)
         self.drain = Drain(conn)
+        self.queues: tuple[str, ...] = ()
+
+    def require_queue(self, queue: str) -> None:
+        if queue not in self.queues:
+            raise RelayError(f"endpoint {self.conn.slug} is not vended with queue {queue} (its queues: "
+                             f"{', '.join(self.queues)}): vend one with `--queue {queue}`, or set the epic's "
+                             "settings.queue", exit_code=2)
 
     async def __aenter__(self) -> "Server":
         try:
             await self.drain.open()
-            await self.producer.check()
+            self.queues = tuple((await self.producer.endpoint()).get("queues") or ())
         except BaseException:
             await self.aclose()
             raise

@@ -92,4 +92,4 @@ class Display:
         self.running.pop(task_id, None)
 
     def event(self, message: str) -> None:
-        self.console.print(message, markup=False, highlight=False)
+        self.console.print(message, markup=False, highlight=False, soft_wrap=True)

@@ -38,6 +38,7 @@ from .state import TASK_KIND, EpicState, ensure_record, load_state, task_key, ta
 
 POLL_SECONDS = 1.0
 MAX_IDLE_SECONDS = 5.0
+UNREACHABLE_SECONDS = 60.0
 EXIT_COMPLETE, EXIT_STUCK, EXIT_INTERRUPTED = 0, 1, 130
 
 
@@ -79,6 +80,7 @@ class Relay:
         self.interrupted = asyncio.Event()
         self.claimed = 0
         self.lost: list[str] = []
+        self.trouble_since: float | None = None
 
     # ------------------------------------------------------------------------------------ state
 
@@ -144,9 +146,14 @@ class Relay:
                 await asyncio.gather(*running, return_exceptions=True)
                 running.clear()
                 return EXIT_INTERRUPTED
-            views = await self.refresh()
-            if await self._push_runnable(views):
+            try:
                 views = await self.refresh()
+                if await self._push_runnable(views):
+                    views = await self.refresh()
+            except Unreachable as exc:
+                await self._trouble(exc)
+                continue
+            self.trouble_since = None
 
             if all(v.status == "completed" for v in views.values()) and not running:
                 self.display.event(f"epic {self.epic.id} complete")
@@ -161,7 +168,11 @@ class Relay:
             limit = 1 if self.opts.once else self.opts.workers
             while len(running) < limit and not (self.opts.once and self.claimed >= 1) \
                     and not self.interrupted.is_set():
-                got = await self._claim()
+                try:
+                    got = await self._claim()
+                except Unreachable as exc:
+                    await self._trouble(exc)
+                    break
                 if got is None:
                     break
                 task_id = got["payload"]["task_id"]
@@ -181,6 +192,16 @@ class Relay:
                     raise exc
             if finished:
                 await self.write_ledger()
+
+    async def _trouble(self, exc: Unreachable) -> None:
+        """The server did not answer: wait and try again, for up to UNREACHABLE_SECONDS in a row."""
+        now = time.monotonic()
+        if self.trouble_since is None:
+            self.trouble_since = now
+            self.display.event(f"the server did not answer ({exc.message}); trying again")
+        elif now - self.trouble_since > UNREACHABLE_SECONDS:
+            raise exc
+        await asyncio.sleep(min(5.0, 0.5 + (now - self.trouble_since) / 4))
 
     def _idle_seconds(self, views: dict[str, TaskView], busy: bool) -> float:
         waits = [POLL_SECONDS if busy else MAX_IDLE_SECONDS]

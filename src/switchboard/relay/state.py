@@ -70,6 +70,7 @@ def _check_record(epic: Epic, record: dict) -> dict:
 
 async def ensure_record(server: Server, epic: Epic) -> tuple[dict, bool]:
     """Record the epic's plan on the server (idempotent). A different plan under the same id is refused."""
+    server.require_queue(epic.queue)
     todo, created = await server.producer.push(
         title=record_title(epic), queue=epic.queue, payload=record_payload(epic), kind=RECORD_KIND,
         key=record_key(epic.id), max_attempts=1, assignee=RECORD_ASSIGNEE)
@@ -98,6 +99,7 @@ async def load_state(server: Server, epic: Epic, *, cache: dict[str, dict] | Non
     `cache` maps todo ids to owner views already read; views of finished todos (done, canceled) cannot
     change and are reused, others are read again.
     """
+    server.require_queue(epic.queue)
     rows = await _listing(server, epic)
     record_row = None
     prefix = f"{epic.id}/"
