@@ -13,9 +13,10 @@ ACTIONS = ("claim", "complete", "fail", "release", "extend", "retry", "cancel", 
 
 
 async def _click(page, button_id: str) -> None:  # noqa: ANN001
-    """Press an action button in the open drawer and wait for the drawer to show the outcome."""
+    """Press an action button in the open drawer and wait for the drawer to show this outcome."""
+    await page.evaluate("document.getElementById('sb-notice')?.setAttribute('data-sb-old', '')")
     await page.click(f"#{button_id}")
-    await page.wait_for_selector("#sb-notice")
+    await page.wait_for_selector("#sb-notice:not([data-sb-old])")
 
 
 async def _new(server, agent, title, **kw):  # noqa: ANN001, ANN202
