@@ -137,11 +137,13 @@ def _splice(sql: str) -> str:
 
 
 def no_attempts_statements() -> dict[str, str]:
-    core_claim = Q.todos.claim_next
-    if _CLAIM_TAIL_MARKER not in core_claim:
-        raise SystemExit("bench: the core's claim_next no longer ends in the claim tail; update the bench")
-    head = core_claim.split(_CLAIM_TAIL_MARKER, 1)[0]
-    return {"claim_next": head + NO_ATTEMPTS_CLAIM_TAIL, "complete": _splice(NO_ATTEMPTS_COMPLETE)}
+    out = {"complete": _splice(NO_ATTEMPTS_COMPLETE)}
+    for name in ("claim_next", "claim_next_one"):
+        core_claim = getattr(Q.todos, name)
+        if _CLAIM_TAIL_MARKER not in core_claim:
+            raise SystemExit(f"bench: the core's {name} no longer ends in the claim tail; update the bench")
+        out[name] = core_claim.split(_CLAIM_TAIL_MARKER, 1)[0] + NO_ATTEMPTS_CLAIM_TAIL
+    return out
 
 
 class _Overlay:
@@ -315,10 +317,10 @@ async def core_worker(tenant: Tenant, deadline: float) -> tuple[int, bool]:
 async def core_sql_worker(tenant: Tenant, conn: psycopg.AsyncConnection, deadline: float) -> tuple[int, bool]:
     caller = tenant.caller
     scope = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "owner": caller.owner}
-    claim_params = {**scope, "ttl": LEASE_TTL, "claimant": None, "new_token_hash": None,
+    claim_params = {**scope, "queue": QUEUE, "ttl": LEASE_TTL, "claimant": None, "new_token_hash": None,
                     "claimer_kind": "endpoint", "claimer_endpoint_id": caller.endpoint_id,
                     "session": caller.session_id}
-    claim_sql, complete_sql = Q.todos.claim_next, Q.todos.complete
+    claim_sql, complete_sql = Q.todos.claim_next_one, Q.todos.complete  # what the core sends for one queue
     n = 0
     while time.perf_counter() < deadline:
         cur = await conn.execute(claim_sql, claim_params)
@@ -451,14 +453,15 @@ def pct(values: list[float], p: float) -> float:
     return s[k]
 
 
-async def explain_claim(tenant: Tenant) -> str:
-    """EXPLAIN ANALYZE of the core's claim_next on this backlog, rolled back."""
+async def explain_claim(tenant: Tenant, statement: str = "claim_next_one") -> str:
+    """EXPLAIN ANALYZE of the core's claim statement on this backlog, rolled back."""
     caller = tenant.caller
-    params = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "owner": caller.owner,
+    params = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "queue": QUEUE,
+              "owner": caller.owner,
               "ttl": LEASE_TTL, "claimant": None, "new_token_hash": None, "claimer_kind": "endpoint",
               "claimer_endpoint_id": caller.endpoint_id, "session": None}
     async with await psycopg.AsyncConnection.connect(tenant.uri) as conn:
-        cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + Q.todos.claim_next, params)
+        cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + getattr(Q.todos, statement), params)
         plan = "\n".join(r[0] for r in await cur.fetchall())
         await conn.rollback()
     return plan

@@ -61,7 +61,9 @@ async def test_pool_survives_a_database_restart(pg_uri):
         h, caller = await _setup(core)
         todo, _ = await todos.create(core, endpoint_id=caller.endpoint_id, queue="inbox", title="survivor")
         with psycopg.connect(pg_uri, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            # Wait (up to 5 s each) until the backends are gone, as after a restart; without the
+            # timeout the kill may still be in flight when the next call checks a connection out.
+            admin.execute("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         # The pool checks connections out with a liveness check and replaces broken ones.
         got = await todos.claim_next(core, caller)

@@ -205,8 +205,13 @@ async def claim_next(core: Core, caller: EndpointCaller, *, queue: Any = None, l
     else:
         queues = list(caller.queues)
     params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
-    params["queues"] = queues
-    got = await _run_claim(core, Q.todos.claim_next, params, token)
+    if len(queues) == 1:  # the common case, with a statement PostgreSQL plans once (todos.sql)
+        params["queue"] = queues[0]
+        sql = Q.todos.claim_next_one
+    else:
+        params["queues"] = queues
+        sql = Q.todos.claim_next
+    got = await _run_claim(core, sql, params, token)
     if got is None:
         return None
     await _publish_claim(core, got[1])

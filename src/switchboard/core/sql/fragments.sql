@@ -18,6 +18,28 @@
 -- must equal the stored one (both null when neither side fenced).
 (%(human_id)s::uuid IS NOT NULL OR a.lease_token_hash IS NOT DISTINCT FROM %(token_hash)s::bytea)
 
+-- name: claim_next_arms
+-- The three claimable arms of claim_next inside one queue `q.name`, each an ordered index scan.
+SELECT p.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
+       AND (assignee IS NULL OR assignee = %(owner)s)
+     ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) p
+UNION ALL
+SELECT l.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'claimed'
+       AND lease_expires_at < now() AND attempt < max_attempts
+       AND (assignee IS NULL OR assignee = %(owner)s)
+     ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED) l
+UNION ALL
+SELECT r.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'failed'
+       AND next_retry_at <= now() AND attempt < max_attempts
+       AND (assignee IS NULL OR assignee = %(owner)s)
+     ORDER BY next_retry_at LIMIT 1 FOR UPDATE SKIP LOCKED) r
+
 -- name: claim_tail
 -- Shared by claim and claim_next: `t(id, prior_state, prior_total)` is the locked todo.
 , cap AS (

@@ -37,28 +37,22 @@ WITH t AS (
 -- ordered index scan at any backlog: pending by age, lapsed leases below the cap, due retries.
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total
-      FROM unnest(%(queues)s::text[]) AS q(name),
-           LATERAL (
-               SELECT p.* FROM (
-                   SELECT id, state, attempts_total, created_at FROM todos
-                    WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
-                      AND (assignee IS NULL OR assignee = %(owner)s)
-                    ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) p
-               UNION ALL
-               SELECT l.* FROM (
-                   SELECT id, state, attempts_total, created_at FROM todos
-                    WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'claimed'
-                      AND lease_expires_at < now() AND attempt < max_attempts
-                      AND (assignee IS NULL OR assignee = %(owner)s)
-                    ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED) l
-               UNION ALL
-               SELECT r.* FROM (
-                   SELECT id, state, attempts_total, created_at FROM todos
-                    WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'failed'
-                      AND next_retry_at <= now() AND attempt < max_attempts
-                      AND (assignee IS NULL OR assignee = %(owner)s)
-                    ORDER BY next_retry_at LIMIT 1 FOR UPDATE SKIP LOCKED) r
-           ) x
+      FROM unnest(%(queues)s::text[]) AS q(name), LATERAL ({{claim_next_arms}}) x
+     ORDER BY x.created_at
+     LIMIT 1
+), t AS (
+    SELECT id, state AS prior_state, attempts_total AS prior_total FROM cand
+)
+{{claim_tail}}
+
+-- name: claim_next_one
+-- claim_next over one queue (a single granted queue, or the `queue` argument). The one-row VALUES
+-- in place of unnest lets PostgreSQL keep a generic plan for the prepared statement: it estimates
+-- the unnest of a parameter at 10 rows, prices the generic plan at ten walks and plans every
+-- execution afresh, which cost about half of the claim's time (docs/benchmarks.md).
+WITH cand AS (
+    SELECT x.id, x.state, x.attempts_total
+      FROM (VALUES (%(queue)s::text)) AS q(name), LATERAL ({{claim_next_arms}}) x
      ORDER BY x.created_at
      LIMIT 1
 ), t AS (
