@@ -131,12 +131,14 @@ def test_timeouts_and_the_quality_gate_gate_tasks_while_two_run_at_once(world):
         "T1": {"title": "hangs", "worker": "python3 scripted.py hang"},
         "T2": {"title": "leaves a TODO", "worker": "python3 scripted.py sloppy"},
         "T3": {"title": "after both", "depends_on": ["T1", "T2"]},
+        "T4": {"title": "links its log", "worker": "python3 scripted.py succeed https://ci.example.com/logs/4"},
+        "T5": {"title": "links a local file", "worker": "python3 scripted.py succeed file:///etc/passwd"},
     }, max_attempts_per_task=1, timeout_minutes=0.02))
     r = world.relay("work", "--workers", "2", "--gate", "python3 scripted.py check")
     assert r.returncode == 1, r.stdout + r.stderr
     status = world.status()
     gates = {t["id"]: (t["gate"] or {}).get("reason") for t in status["tasks"]}
-    assert gates == {"T1": "max_attempts_exceeded", "T2": "quality_gate_blocked", "T3": None}
+    assert gates == {"T1": "max_attempts_exceeded", "T2": "quality_gate_blocked", "T3": None, "T4": None, "T5": None}
     assert status["counts"]["blocked"] == 1
 
     led = world.ledger()
@@ -151,6 +153,10 @@ def test_timeouts_and_the_quality_gate_gate_tasks_while_two_run_at_once(world):
     assert sloppy["disposition"] == "dead_lettered" and hung["disposition"] == "dead_lettered"
     # --workers 2: T2 was claimed and finished while T1's worker still ran.
     assert sloppy["started_at"] < hung["ended_at"] and sloppy["ended_at"] < hung["ended_at"]
+    # An artifact the server accepts is sent with the report; any other is dropped, and the receipt says so.
+    (linked,), (local,) = led["attempts"]["T4"], led["attempts"]["T5"]
+    assert linked["artifact"] == "https://ci.example.com/logs/4" and linked["result"] == "success"
+    assert local["artifact"] is None and local["result"] == "success" and "not sent" in local["receipt"]["note"]
     hung_pid = next(pid for task, _, _, pid in world.runs() if task == "T1")
     assert not _alive(hung_pid)
     assert_ledger_matches_server(world, "relay-demo")

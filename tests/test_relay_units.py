@@ -338,3 +338,33 @@ def test_attempt_files_are_private():
     finally:
         files.cleanup()
     assert not files.dir.exists()
+
+
+def test_the_live_display_shows_tasks_by_state():
+    import io
+
+    from rich.console import Console
+
+    from switchboard.relay.display import Display
+
+    e = epics.load(EXAMPLE)
+    state = EpicState(record=None, todos={
+        "T1": [_todo("T1", "done", [_attempt(1, "completed")])],
+        "T2": [_todo("T2", "claimed", [_attempt(2, None), _attempt(1, "reaped")])],
+        "T3": [_todo("T3", "failed", [_attempt(1, "failed", "x", gate="quality_gate_blocked")])],
+    })
+    console = Console(file=io.StringIO(), force_terminal=True, width=200)
+    with Display(console, "epic relay-demo") as display:
+        assert display.live is not None  # a terminal gets the live table
+        display.started("T2")
+        display.update(ledger.task_views(e, state))
+        display.event("T2 attempt 2/3 started")
+    text = console.file.getvalue()
+    for expected in ("✅ completed", "🔄 in_progress", "🚫 gated", "⏸️ blocked", "1 DIED, 2 running",
+                     "gated: quality_gate_blocked", "waiting on T2, T3", "T2 attempt 2/3 started"):
+        assert expected in text, expected
+    plain = Console(file=io.StringIO(), width=200)
+    with Display(plain, "epic relay-demo") as display:
+        assert display.live is None  # a pipe gets one line per event
+        display.event("T1 pushed")
+    assert plain.file.getvalue() == "T1 pushed\n"

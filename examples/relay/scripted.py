@@ -1,7 +1,7 @@
 """A scripted relay worker for the example epic and the tests: it does a little real work (files under
 build/) and behaves the way the mode on its command line says, so every path of the relay shows up.
 
-    python3 scripted.py succeed          write build/<task>.txt and report success
+    python3 scripted.py succeed [LINK]   write build/<task>.txt and report success (LINK as the artifact)
     python3 scripted.py flaky            fail once (test_failure), succeed on the next try
     python3 scripted.py needs PATH       fail (missing_dependency) until PATH exists
     python3 scripted.py fail CATEGORY    always fail with that error_category
@@ -90,7 +90,10 @@ def main(argv):
     if mode == "sloppy":
         text += "TODO: finish this\n"
     out.write_text(text)
-    receipt(result="success", summary=f"built {out}", files_changed=[str(out)])
+    done = {"result": "success", "summary": f"built {out}", "files_changed": [str(out)]}
+    if mode == "succeed" and len(argv) > 2:
+        done["artifact"] = argv[2]
+    receipt(**done)
     return 0
 
 

@@ -181,8 +181,9 @@ class Relay:
             waiters = set(running)
             stop = asyncio.create_task(self.interrupted.wait())
             waiters.add(stop)
-            done, _ = await asyncio.wait(waiters, timeout=self._idle_seconds(views, bool(running)),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            # With every slot busy only a finishing attempt (or Ctrl-C) changes what to do next.
+            idle = MAX_IDLE_SECONDS if len(running) >= limit else self._idle_seconds(views, bool(running))
+            done, _ = await asyncio.wait(waiters, timeout=idle, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
             finished = [t for t in done if t in running]
             for t in finished:
@@ -191,7 +192,10 @@ class Relay:
                 if exc is not None:
                     raise exc
             if finished:
-                await self.write_ledger()
+                try:
+                    await self.write_ledger()
+                except Unreachable as exc:
+                    self.display.event(f"could not refresh {self.ledger_path.name} ({exc.message}); later")
 
     async def _trouble(self, exc: Unreachable) -> None:
         """The server did not answer: wait and try again, for up to UNREACHABLE_SECONDS in a row."""
