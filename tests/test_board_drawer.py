@@ -81,6 +81,9 @@ async def test_drawer_shows_a_death_and_summary_markup_is_inert(board_server, br
         await page.watch.assert_clean(page)
         await heading.evaluate("h => h.scrollIntoView({block: 'start'})")
         await screenshot(page, "drawer")
+        await page.mouse.click(10, 400)  # beside the drawer: it closes, focus goes back to the row
+        await page.wait_for_selector("dialog[data-sb-drawer]", state="detached")
+        assert await page.evaluate("document.activeElement.id") == f"sb-open-{tid}"
 
 
 async def _csrf(page) -> str:  # noqa: ANN001
@@ -174,6 +177,12 @@ async def test_live_update_appends_an_attempt_to_an_open_drawer(board_server, br
         # A new todo shows up in the list behind the drawer, without a reload.
         await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="inbox", title="Brand new")
         await page.wait_for_selector("#sb-todos-body tr >> text=Brand new")
+        # A state change shows in the row and the counts too.
+        await board_server.run(todos.complete, agent, tid, summary="done at last")
+        await page.wait_for_selector(f"#sb-tr-{tid} [data-sb-state='done']")
+        await page.wait_for_selector("#sb-count-done >> text=1 done")
+        await page.wait_for_selector(f"#sb-attempts-{tid} li[data-sb-attempt='2'][data-sb-outcome='completed']")
+        assert await page.evaluate("document.activeElement.id") == "sb-drawer-close"
         await page.watch.assert_clean(page)
 
 

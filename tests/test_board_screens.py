@@ -28,6 +28,7 @@ async def test_todos_screen_filters_pages_and_counts(board_server, browser):  # 
     await board_server.run(todos.claim, a1, made[0], claimant="inbox-worker")
     async with page_for(browser, board_server, human) as page:
         await page.goto("/todos")
+        assert await page.get_attribute("nav a[aria-current=page]", "href") == "/todos"
         rows = page.locator("#sb-todos-body tr")
         assert await rows.count() == 25
         assert await rows.first.locator("a").inner_text() == "Rotate keys"  # newest first
@@ -61,6 +62,15 @@ async def test_todos_screen_filters_pages_and_counts(board_server, browser):  # 
         await page.goto("/todos/new")
         assert await axe_violations(page) == []
         await screenshot(page, "new-todo")
+        # Another surface (the notify-hook delivery log) adds its link through ctx.shared["board_nav"].
+        slot = board_server.srv.app.state.ctx.shared["board_nav"]
+        slot.append(("Hook deliveries", "/hooks/deliveries"))
+        try:
+            await page.goto("/todos/new")
+            link = page.locator("nav[aria-label=Primary] a", has_text="Hook deliveries")
+            assert await link.get_attribute("href") == "/hooks/deliveries"
+        finally:
+            slot.remove(("Hook deliveries", "/hooks/deliveries"))
         await page.watch.assert_clean(page)
 
 

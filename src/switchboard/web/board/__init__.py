@@ -26,7 +26,8 @@ STATIC = Path(__file__).parent / "static"
 def component(ctx: AppContext) -> Component:
     settings = ctx.settings
     secret = load_secret(settings.secret_key, Path(settings.data_dir))
-    board = Board(settings, Sessions(secret, secure=settings.public_base_url.startswith("https://")))
+    board = Board(settings, Sessions(secret, secure=settings.public_base_url.startswith("https://")),
+                  extra_nav=ctx.shared.setdefault("board_nav", []))
     hub = live.LiveHub(board)
     board.hub = hub  # type: ignore[attr-defined]
     ctx.shared["board"] = board

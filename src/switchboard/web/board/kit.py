@@ -1,8 +1,16 @@
 """The Board's shared machinery: templates, the signed-in human, CSRF, body caps and page responses.
 
-Other surfaces that add Board screens (for example the notify-hook delivery log) find this object in
-`ctx.shared["board"]`: `await board.signed_in(request)`, `board.page(request, template_or_html, ...)`,
-`await board.form(request)` (CSRF-checked), and `board.nav` (a list of `NavLink` to append to).
+Other surfaces that add Board screens (the notify-hook delivery log, for one) use it without
+touching the Board's files:
+
+- a link in the Board's navigation: append `(label, path)` to `ctx.shared.setdefault("board_nav", [])`
+  from their `component()` (any order; read at render time);
+- their routes wrapped with `human_page` / `human_post` from this module (sign-in, then for POST the
+  body cap and the CSRF check before the handler), handlers `fn(board, request, who[, form])`;
+- `board.html_page(request, who, title, body)` to wrap their own escaped `Markup` in the Board layout
+  (headers, navigation, `Cache-Control: no-store`); `board.not_found(request, who, what)` for the
+  shared not-found body. The board object is `ctx.shared["board"]` (set when the Board component is
+  built, so read it per request or in `start()`).
 """
 
 from __future__ import annotations
@@ -105,8 +113,9 @@ def make_env() -> Environment:
 
 
 class Board:
-    def __init__(self, settings: Settings, sessions: Sessions) -> None:
+    def __init__(self, settings: Settings, sessions: Sessions, extra_nav: list | None = None) -> None:
         self.settings = settings
+        self.extra_nav = extra_nav if extra_nav is not None else []
         self.sessions = sessions
         self.throttle = LoginThrottle()
         self.env = make_env()
@@ -163,7 +172,7 @@ class Board:
         base = {
             "human": human,
             "csrf": self.sessions.csrf_token(session) if session else "",
-            "nav": self.nav,
+            "nav": self.nav + [NavLink(str(item[0]), str(item[1]), str(item[1])) for item in self.extra_nav],
             "active": "",
             "title": "Switchboard",
             "hx": is_hx(request),
@@ -177,6 +186,12 @@ class Board:
              status: int = 200, headers: dict | None = None, **extra: Any) -> HTMLResponse:
         html = self.render(template, **self.context(request, who, **extra))
         return HTMLResponse(html, status_code=status, headers={**NO_STORE, **(headers or {})})
+
+    def html_page(self, request: Request, who: tuple[HumanCaller, Session] | None, title: str, body: Markup, *,
+                  status: int = 200, active: str = "") -> HTMLResponse:
+        """Another surface's screen in the Board layout; `body` must already be escaped markup."""
+        return self.page(request, who, "generic.html", status=status, title=title, body=Markup(body),
+                         active=active or request.url.path)
 
     def not_found(self, request: Request, who: tuple[HumanCaller, Session] | None,
                   what: str = "todo") -> HTMLResponse:
