@@ -12,6 +12,7 @@ import re
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
+from urllib.parse import urlencode
 
 import psycopg
 import pytest
@@ -155,7 +156,7 @@ async def page_for(browser: Browser, server: BoardServer, human=None, **context_
 
 
 async def sign_in(page: Page, name: str, password: str = PASSWORD, next_path: str | None = None) -> None:
-    await page.goto("/login" + (f"?next={next_path}" if next_path else ""))
+    await page.goto("/login" + (f"?{urlencode({'next': next_path})}" if next_path is not None else ""))
     await page.fill("#sb-name", name)
     await page.fill("#sb-password", password)
     async with page.expect_navigation():
