@@ -153,10 +153,3 @@ def write_epic(directory: Path, data: dict) -> Path:
     path = directory / "epic.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
-
-
-def copy_example(directory: Path) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in ("epic.yml", "scripted.py"):
-        shutil.copy(EXAMPLE / name, directory / name)
-    return directory / "epic.yml"

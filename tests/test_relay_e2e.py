@@ -15,7 +15,7 @@ import pytest
 from switchboard.relay.receipts import parse_summary
 
 from conftest import ROOT, clean_database, start_process_server
-from relay_world import World, copy_example, make_world, write_epic
+from relay_world import World, make_world, write_epic
 
 FAST = dict(retry_backoff_base_seconds=0.2, retry_backoff_max_seconds=0.5, rate_limit_rps=500, rate_limit_burst=500)
 
@@ -45,7 +45,7 @@ def assert_ledger_matches_server(world: World, queue: str) -> None:
     for task, pairs in server.items():
         entries = led["attempts"][task]
         assert len(entries) == len(pairs)
-        for i, (entry, (todo, a)) in enumerate(zip(entries, pairs), start=1):
+        for i, (entry, (todo, a)) in enumerate(zip(entries, pairs, strict=True), start=1):
             assert entry["id"] == i and entry["todo"] == todo["id"] and entry["seq"] == a["seq"]
             assert entry["number"] == a["attempt"] and entry["claimant"] == a["claimant"]
             assert entry["started_at"] == a["claimed_at"] and entry["ended_at"] == a["ended_at"]
@@ -268,7 +268,8 @@ def test_missing_or_wrong_connection_settings_stop_before_any_work(world, live_s
     # The same checks guard every command, and a bad epic is named before the server is asked anything.
     code, _, err = world.cli("status", env=world.env(SWITCHBOARD_CREDENTIAL="sbk_" + "y" * 43))
     assert code == 2 and "the endpoint credential was refused" in err
-    write_epic(world.dir, _epic({"T1": {"title": "a", "depends_on": ["T2"]}, "T2": {"title": "b", "depends_on": ["T1"]}}))
+    write_epic(world.dir, _epic({"T1": {"title": "a", "depends_on": ["T2"]},
+                                 "T2": {"title": "b", "depends_on": ["T1"]}}))
     code, _, err = world.cli("init", "epic.yml", env=bare)
     assert code == 1 and "dependency cycle: T1 -> T2 -> T1" in err
     write_epic(world.dir, _epic({"T1": {"title": "a", "depends_on": ["T7"]}}))

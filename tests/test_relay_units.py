@@ -75,7 +75,8 @@ def test_schema_problems_are_all_reported_with_their_place():
                      "tasks.T2: must be a mapping", "settings.max_attempts_per_task: must be a whole number from 1",
                      "settings.colour: unknown setting", "worker: unknown placeholder 'what'"):
         assert expected in text, expected
-    assert _problems({"id": "e", "title": "t", "tasks": {}}) == ["tasks: must be a non-empty mapping of task id to task"]
+    assert _problems({"id": "e", "title": "t", "tasks": {}}) == [
+        "tasks: must be a non-empty mapping of task id to task"]
 
 
 def test_loading_reports_missing_files_and_bad_yaml(tmp_path):
@@ -111,7 +112,8 @@ def test_exit_code_and_receipt_decide_the_verdict():
     v = decide(exit_code=0, timed_out=False, receipt=None, receipt_problem=None)
     assert v.ok and "error_category" not in v.fields
     v = decide(exit_code=2, timed_out=False, receipt=None, receipt_problem=None, output_tail="boom")
-    assert not v.ok and v.category == "unknown" and v.fields["error_summary"] == "worker exited 2 without a receipt: boom"
+    assert not v.ok and v.category == "unknown"
+    assert v.fields["error_summary"] == "worker exited 2 without a receipt: boom"
     v = decide(exit_code=0, timed_out=False, receipt={"result": "failure", "error_category": "test_failure",
                                                       "error_summary": "red"}, receipt_problem=None)
     assert not v.ok and v.category == "test_failure" and v.fields["error_summary"] == "red"
@@ -242,7 +244,8 @@ def test_task_status_follows_the_server_and_dependencies():
     state = EpicState(record={"created_at": "2026-01-01T00:00:00Z"}, todos={
         "T1": [_todo("T1", "done", [_attempt(1, "completed")], completed_at="2026-01-01T00:01:30Z")],
         "T2": [_todo("T2", "failed", [_attempt(1, "failed", "test_failure")], next_retry_at="2030-01-01T00:00:00Z")],
-        "T3": [_todo("T3", "failed", [_attempt(2, "failed", "x", gate="repeated_failure"), _attempt(1, "failed", "x")])],
+        "T3": [_todo("T3", "failed", [_attempt(2, "failed", "x", gate="repeated_failure"),
+                                      _attempt(1, "failed", "x")])],
     })
     views = ledger.task_views(e, state)
     assert {t: v.status for t, v in views.items()} == {"T1": "completed", "T2": "pending", "T3": "gated",
