@@ -145,6 +145,10 @@ async def test_cancel_and_provide_input(board_server, browser):  # noqa: F811
         await page.fill("#sb-input-payload", '{"branch": "main"')  # not JSON yet: said in place
         assert await page.get_attribute("#sb-input-payload", "aria-invalid") == "true"
         assert "Not valid JSON" in await page.inner_text("#sb-input-payload-msg")
+        csrf = await page.locator("form.sb-logout input[name=csrf_token]").get_attribute("value")
+        r = await page.request.post(f"/todos/{asking}/input", form={"csrf_token": csrf, "payload": "{oops"},
+                                    headers={"HX-Request": "true"})
+        assert r.status == 422 and b"input is not valid JSON" in await r.body()
         await page.fill("#sb-input-payload", '{"branch": "main"}')
         assert await page.get_attribute("#sb-input-payload", "aria-invalid") is None
         await _click(page, "sb-act-input")
@@ -181,6 +185,13 @@ async def test_a_conflict_is_a_message_not_an_error_page(board_server, browser):
         csrf = await page.locator("form.sb-logout input[name=csrf_token]").get_attribute("value")
         response = await page.request.post(f"/todos/{tid}/claim", form={"csrf_token": csrf}, max_redirects=0)
         assert response.status == 409 and b"changed meanwhile" in await response.body()
+        # And a plain form post that applies answers with a redirect to the todo's page, which says so.
+        calm = await _new(board_server, agent, "Calm")
+        response = await page.request.post(f"/todos/{calm}/claim", form={"csrf_token": csrf}, max_redirects=0)
+        assert response.status == 303 and response.headers["location"] == f"/todos/{calm}?done=claim"
+        await page.goto(response.headers["location"])
+        assert "Claimed under a lease held by you" in await page.inner_text("#sb-notice")
+        assert await page.locator(f"#sb-attempts-{calm} li[data-sb-attempt='1']").count() == 1
     detail = await board_server.run(todos.get, human, tid)
     assert [a["claimant"] for a in detail["attempts"]] == ["faster-worker"]
 

@@ -23,7 +23,7 @@ async def _death_story(server, human):  # noqa: ANN001, ANN202
                                title="Fix the flaky build", payload={"repo": "acme/app", "pr": 7})
     tid = todo["id"]
     await server.run(todos.claim, agent, tid, claimant="harness/box/fixer/run-1")
-    await server.run(todos.fail, agent, tid, summary=f"tests still red {SCRIPT}",
+    await server.run(todos.fail, agent, tid, summary=f"tests still red {SCRIPT} " + "x" * 3000,
                      artifact="https://ci.example/run/1", result={"error": "tests red"})
     await server.run(todos.claim, agent, tid, claimant="harness/box/fixer/run-2", lease_ttl_seconds=1)
     await server.run(todos.heartbeat, agent, tid, lease_ttl_seconds=1)
@@ -65,7 +65,9 @@ async def test_drawer_shows_a_death_and_summary_markup_is_inert(board_server, br
         assert await failed.get_by_role("img", name="died: no report").count() == 0
         # The summary renders literally; no script ran, no dialog opened, no CSP violation.
         summary = failed.locator(".sb-summary")
-        assert await summary.inner_text() == f"tests still red {SCRIPT}"
+        shown = await summary.inner_text()
+        assert shown.startswith(f"tests still red {SCRIPT} xxx") and len(shown.encode()) == 2048
+        assert await failed.locator(".sb-truncated").inner_text() == "(truncated)"
         assert await failed.locator("script").count() == 0
         link = failed.locator("a.sb-artifact")
         assert await link.get_attribute("href") == "https://ci.example/run/1"
@@ -84,6 +86,16 @@ async def test_drawer_shows_a_death_and_summary_markup_is_inert(board_server, br
         await page.mouse.click(10, 400)  # beside the drawer: it closes, focus goes back to the row
         await page.wait_for_selector("dialog[data-sb-drawer]", state="detached")
         assert await page.evaluate("document.activeElement.id") == f"sb-open-{tid}"
+        # An artifact that is not an https URL is text, never a link.
+        _, agent = await board_server.endpoint(human)
+        other, _ = await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="inbox", title="cairn")
+        await board_server.run(todos.claim, agent, other["id"])
+        await board_server.run(todos.complete, agent, other["id"], artifact="mcp://cairn/Zz9", summary="short")
+        await page.goto(f"/todos/{other['id']}")
+        entry = page.locator(f"#sb-attempts-{other['id']} li[data-sb-attempt='1']")
+        assert await entry.locator("code.sb-artifact").inner_text() == "mcp://cairn/Zz9"
+        assert await entry.locator("a").count() == 0 and await entry.locator(".sb-truncated").count() == 0
+        await page.watch.assert_clean(page)
 
 
 async def _csrf(page) -> str:  # noqa: ANN001
