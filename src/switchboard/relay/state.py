@@ -92,36 +92,44 @@ async def _listing(server: Server, epic: Epic) -> list[dict]:
         offset += PAGE
 
 
+async def _view(server: Server, row: dict, cache: dict[str, dict] | None) -> dict:
+    """The owner's view of a listed todo; a cached one is reused while the todo is finished (done,
+    canceled) or is the epic record, which nothing changes."""
+    view = cache.get(row["id"]) if cache is not None else None
+    steady = row.get("state") in ("done", "canceled") or row.get("kind") == RECORD_KIND
+    if view is None or not steady or view.get("state") != row.get("state"):
+        view = await server.producer.get(row["id"])
+        if cache is not None:
+            cache[row["id"]] = view
+    return view
+
+
 async def load_state(server: Server, epic: Epic, *, cache: dict[str, dict] | None = None,
                      require_record: bool = True) -> EpicState:
     """The record and every todo of the epic, with full attempt histories.
 
-    `cache` maps todo ids to owner views already read; views of finished todos (done, canceled) cannot
-    change and are reused, others are read again.
+    `cache` maps todo ids to owner views already read (see `_view`).
     """
     server.require_queue(epic.queue)
     rows = await _listing(server, epic)
-    record_row = None
     prefix = f"{epic.id}/"
-    mine = []
+    records, mine = [], []
     for row in rows:
-        if row.get("kind") == RECORD_KIND and row.get("title") == record_title(epic):
-            record_row = row
-        elif row.get("kind") == TASK_KIND and str(row.get("title", "")).startswith(prefix):
+        title = str(row.get("title", ""))
+        if row.get("kind") == RECORD_KIND and title.startswith(f"relay epic {epic.id}: "):
+            records.append(row)
+        elif row.get("kind") == TASK_KIND and title.startswith(prefix):
             mine.append(row)
     record = None
-    if record_row is not None:
-        record = _check_record(epic, await server.producer.get(record_row["id"]))
+    if records:  # the live record; a human may have canceled an older one
+        row = sorted(records, key=lambda r: (r.get("state") == "pending", r.get("created_at") or ""))[-1]
+        record = _check_record(epic, await _view(server, row, cache))
     elif require_record:
         raise RelayError(f"epic {epic.id} is not recorded on the server (queue {epic.queue}): run "
                          "`switchboard relay init` first")
     state = EpicState(record=record)
     for row in sorted(mine, key=lambda r: (r.get("created_at") or "", r["id"])):
-        view = cache.get(row["id"]) if cache is not None else None
-        if view is None or view.get("state") not in ("done", "canceled") or view.get("state") != row.get("state"):
-            view = await server.producer.get(row["id"])
-            if cache is not None:
-                cache[row["id"]] = view
+        view = await _view(server, row, cache)
         payload = view.get("payload") or {}
         if payload.get("epic_id") != epic.id or payload.get("task_id") not in epic.tasks:
             continue
