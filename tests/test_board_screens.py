@@ -80,6 +80,7 @@ async def test_vend_wizard_consent_credential_once_and_revoke(board_server, brow
         await page.goto("/endpoints")
         await page.click("#sb-vend")
         assert await axe_violations(page) == []
+        await screenshot(page, "vend", full_page=True)
         # Refused in place with the reason when the details are wrong.
         await page.fill("#v-agent", "")
         await page.fill("#v-queues", "in box!")
@@ -92,7 +93,6 @@ async def test_vend_wizard_consent_credential_once_and_revoke(board_server, brow
         for verb in ("claim", "heartbeat", "fail", "release", "request_input"):
             await page.uncheck(f"#v-verb-{verb}")
         await page.fill("#v-lease", "600")
-        await screenshot(page, "vend", full_page=True)
         await page.click("#sb-review")
         # The consent screen lists every verb with a plain explanation and its grant.
         table = page.locator("#sb-consent")
