@@ -9,7 +9,8 @@ Returns a list of violations (empty when the database is consistent):
 - the open attempt carries the todo's owner and attempt counter;
 - owner and lease agree with the state (a claimed todo holds both, an interrupted one keeps its owner
   with the lease clock stopped, a pending or finished one holds no lease);
-- counters agree: attempt <= max_attempts, a parked retry is below the cap, attempts_pruned <= attempts_total;
+- counters agree: a parked retry is below the cap, attempts_pruned <= attempts_total (attempt may pass
+  max_attempts: a todo released at the cap is claimable again and dead-letters on its next end);
 - no attempt ends before it was claimed.
 """
 
@@ -52,7 +53,7 @@ CHECKS = {
             OR (state IN ('done', 'failed', 'canceled') AND lease_expires_at IS NOT NULL)""",
     "counters out of range": """
         SELECT id FROM todos
-         WHERE attempt > max_attempts OR attempts_pruned > attempts_total
+         WHERE attempts_pruned > attempts_total
             OR (state = 'failed' AND next_retry_at IS NOT NULL AND attempt >= max_attempts)
             OR (state <> 'failed' AND next_retry_at IS NOT NULL)""",
     "attempt ended before it was claimed": """
