@@ -76,11 +76,17 @@ def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after 
 
     from ..db.migrate import MigrationError
 
+    import psycopg
+
+    from .common import database_unreachable
+
     try:
         applied = asyncio.run(work())
     except MigrationError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    except psycopg.OperationalError as exc:
+        database_unreachable(exc)
     typer.echo("applied: " + ", ".join(applied) if applied else "database is up to date")
 
 
@@ -354,10 +360,24 @@ def sweep(once: bool = typer.Option(False, "--once", help="Run one pass and exit
 
 
 def main() -> None:
+    """Run the command; a usage error is one line on stderr and exit 2 (the contract of section 15)."""
     try:
-        app()
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    except ImportError:  # pragma: no cover - a typer that does not vendor click
+        from click.exceptions import ClickException, NoArgsIsHelpError
+    try:
+        code = app(standalone_mode=False)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    except NoArgsIsHelpError as exc:  # a bare group: show its help
+        exc.show()
+        raise SystemExit(EXIT_USAGE) from None
+    except ClickException as exc:
+        message = " ".join(exc.format_message().split())
+        where = f" (see '{exc.ctx.command_path} --help')" if getattr(exc, "ctx", None) else ""
+        sys.stderr.write(f"error: {message}{where}\n")
+        raise SystemExit(exc.exit_code if exc.exit_code else EXIT_USAGE) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 __all__ = ["app", "main", "EXIT_USAGE"]

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any, Awaitable, Callable
 
+import psycopg
 import typer
 
 from ..config import ConfigError, load_settings
@@ -47,6 +48,15 @@ def run(work: Callable[..., Awaitable[Any]], *, migrate: bool = True) -> Any:
     except MigrationError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_REFUSED) from None
+    except psycopg.OperationalError as exc:
+        database_unreachable(exc)
+
+
+def database_unreachable(exc: Exception) -> None:
+    """The database could not be reached: one line on stderr, exit 1."""
+    first = " ".join(str(exc).split("\n")[0].split())
+    typer.echo(f"error: cannot reach the database: {first}", err=True)
+    raise typer.Exit(EXIT_REFUSED)
 
 
 def emit(obj: dict, as_json: bool, text: Callable[[dict], None] | None = None) -> None:
