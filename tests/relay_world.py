@@ -50,21 +50,24 @@ class World:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def cli(self, *args: str, env: dict | None = None) -> tuple[int, str, str]:
-        """The relay's CLI in this process (in a thread, so its event loop is its own)."""
+        """The relay's CLI in this process (in a thread, so its event loop is its own), on this epic."""
         from typer.testing import CliRunner
 
         from switchboard.relay.cli import app
 
+        argv = list(args)
+        if argv[0] == "init":
+            argv[1] = str(self.dir / argv[1])
+        else:
+            argv += ["--epic", str(self.dir / "epic.yml")]
+        wanted = env or self.env()
+        # CliRunner only sets what it is given: unset the SWITCHBOARD_* variables the caller left out.
+        overlay = {k: None for k in os.environ if k.startswith("SWITCHBOARD_") and k not in wanted}
+        overlay.update(wanted)
         box: dict = {}
-        saved = os.getcwd()
 
         def target() -> None:
-            runner = CliRunner()
-            os.chdir(self.dir)
-            try:
-                box["r"] = runner.invoke(app, list(args), env=env or self.env(), catch_exceptions=False)
-            finally:
-                os.chdir(saved)
+            box["r"] = CliRunner().invoke(app, argv, env=overlay, catch_exceptions=False)
 
         t = threading.Thread(target=target)
         t.start()
