@@ -7,5 +7,6 @@ the server; `attempt-ledger.yml` is a view rebuilt from the server's attempt his
 Modules: `epic` (the epic file and its validation), `receipts` (worker receipts and their summary
 encoding), `gating` (which attempt stops a task), `ledger` (task status and the ledger view), `runner`
 (worker and gate processes), `client` (the MCP and producer API clients), `state` (the epic's todos on the
-server), `loop` (the work loop), `display` (progress), `cli` (the `switchboard relay` commands).
+server), `loop` (the work loop), `manual` (block and unblock), `display` (progress), `cli` (the
+`switchboard relay` commands).
 """

@@ -307,20 +307,6 @@ class Drain:
             raise Refused(code, message, argument, verb=name)
         return body
 
-    async def call_retrying(self, name: str, args: dict, *, attempts: int = TRANSIENT_RETRIES) -> dict:
-        """For calls that are safe to repeat (reads, heartbeats): retry transport trouble and rate limits."""
-        for i in range(attempts + 1):
-            try:
-                return await self.call(name, args)
-            except Unreachable:
-                if i == attempts:
-                    raise
-            except Refused as exc:
-                if exc.code != "rate_limited" or i == attempts:
-                    raise
-            await asyncio.sleep(0.25 * 2 ** i)
-        raise AssertionError("unreachable")
-
     # The verbs, named as on the wire.
 
     async def claim_next(self, *, queue: str, lease_ttl_seconds: int, claimant: str) -> dict | None:
