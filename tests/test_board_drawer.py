@@ -6,10 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import httpx
-
-from board_kit import (CSP, axe_violations, board_server, browser, open_drawer, page_for,  # noqa: F401
-                       screenshot, sign_in)
+from board_kit import axe_violations, board_server, browser, open_drawer, page_for, screenshot  # noqa: F401
 from switchboard.core import sweeps, todos
 
 SCRIPT = "<script>alert(1)</script>"

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 
-from board_kit import (axe_violations, board_server, browser, page_for, screenshot,  # noqa: F401
-                       open_drawer)
+from board_kit import axe_violations, board_server, browser, page_for, screenshot  # noqa: F401
 from switchboard.core import endpoints, todos
 
 
