@@ -274,6 +274,51 @@ async def store_cost(uri: str, *, rounds: int, seconds: float, workers: int) -> 
         await pool.close()
 
 
+async def trigger_share(uri: str, samples: int = 300) -> dict:
+    """The transition trigger's own time inside the core's `complete` statement, as PostgreSQL reports
+    it (EXPLAIN ANALYZE: `Trigger todos_transition_events: time=…`), next to the statement's execution
+    time; each sample runs in a transaction that is rolled back, so the same claimed todo is reused.
+    Less sensitive to a busy machine than comparing loop rates."""
+    import re
+
+    from switchboard.core.queries import Q
+
+    pool = await open_pool(uri, min_size=1, max_size=2)
+    core = Core(pool=pool, settings=load_settings(database_url=uri, log_format="text"), bus=HookBus())
+    out = {}
+    try:
+        human = await humans.add(core, f"trig-{uuid.uuid4().hex[:6]}")
+        ep, credential = await endpoints.vend(core, human, agent="bench", queues=[QUEUE])
+        caller = endpoints.caller_from_row(await endpoints.resolve_credential(core, credential), "bench")
+        todo, _ = await todos.create(core, endpoint_id=ep["endpoint_id"], queue=QUEUE, title="explained")
+        await todos.claim(core, caller, todo["id"])
+        params = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "owner": caller.owner,
+                  "token_hash": None, "id": todo["id"], "summary": None, "summary_truncated": False,
+                  "artifact": None, "result": None}
+        trig = re.compile(r"Trigger todos_transition_events(?: on todos)?: time=([0-9.]+) calls=(\d+)")
+        for label in ("no_hook", "hook_on_completed"):
+            if label == "hook_on_completed":
+                await hooks.add(core, human, ep["slug"], url="https://hooks.example.com/x", events=["todo.completed"])
+            t_ms, e_ms = [], []
+            async with pool.connection() as conn:
+                for _ in range(samples):
+                    async with conn.transaction(force_rollback=True):
+                        cur = await conn.execute("EXPLAIN (ANALYZE, TIMING ON) " + Q.todos.complete, params)
+                        plan = "\n".join(r[0] if not isinstance(r, dict) else next(iter(r.values()))
+                                         for r in await cur.fetchall())
+                    m = trig.search(plan)
+                    e = re.search(r"Execution Time: ([0-9.]+) ms", plan)
+                    if m and e:
+                        t_ms.append(float(m.group(1)))
+                        e_ms.append(float(e.group(1)))
+            med_t, med_e = statistics.median(t_ms), statistics.median(e_ms)
+            out[label] = {"trigger_ms": round(med_t, 4), "statement_ms": round(med_e, 4),
+                          "share_of_statement": round(med_t / med_e, 3)}
+    finally:
+        await pool.close()
+    return out
+
+
 async def bus_publish_cost(n: int = 20000) -> dict:
     """Microseconds to build and publish one committed-transition event, without and with the
     subscribers a serving process has: the hook bus's own share of a cycle, free of database noise."""
@@ -326,6 +371,8 @@ async def main() -> None:
             print(json.dumps(out["store_cost"]), flush=True)
             out["bus_us_per_event"] = await bus_publish_cost()
             print(json.dumps(out["bus_us_per_event"]), flush=True)
+            out["trigger_in_complete"] = await trigger_share(uri)
+            print(json.dumps(out["trigger_in_complete"]), flush=True)
         finally:
             await drop_database(server_uri, name)
     out["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
@@ -341,6 +388,9 @@ async def main() -> None:
     share = 2 * (b["serving_subscribers"] - b["no_subscribers"]) / cycle_us
     print(f"hook bus subscribers: {b['no_subscribers']} -> {b['serving_subscribers']} us per event; "
           f"{share:.2%} of a {cycle_us / 1000:.1f} ms cycle")
+    for label, t in out["trigger_in_complete"].items():
+        print(f"trigger inside complete ({label}): {t['trigger_ms']} ms of {t['statement_ms']} ms "
+              f"({t['share_of_statement']:.1%})")
 
 
 if __name__ == "__main__":

@@ -42,11 +42,12 @@ from starlette.routing import Route
 
 from .. import __version__
 from ..core import hooks as core_hooks
-from ..core import humans
-from ..core.errors import CoreError, Invalid
+from ..core.errors import Invalid
 from ..core.events import Event
 from ..core.inputs import cut_utf8
 from ..core.models import HumanCaller
+from .api import _body as read_body
+from .api import _route as human_route
 from .app import AppContext, Component
 
 log = logging.getLogger("switchboard.hooks")
@@ -309,98 +310,50 @@ class HookSender:
 
 
 # ------------------------------------------------------------------------------------- human API
+# The producer API's own helpers: the `sbh_` bearer check, JSON bodies with known fields only, and
+# errors as `{"error": {...}}` with the status of their code.
 
-def _error(exc: CoreError) -> JSONResponse:
-    status = {"not_found": 404, "conflict": 409, "forbidden": 403, "invalid": 400}.get(exc.code, 500)
-    return JSONResponse({"error": exc.to_dict()}, status_code=status)
-
-
-def _unauthorized() -> JSONResponse:
-    return JSONResponse({"error": {"code": "unauthorized", "message": "a human API token is required"}},
-                        status_code=401, headers={"WWW-Authenticate": 'Bearer realm="switchboard"'})
+@human_route
+async def list_hooks(request: Request, human: HumanCaller) -> Response:
+    core = request.app.state.ctx.core
+    return JSONResponse({"hooks": await core_hooks.list_for_endpoint(core, human, request.path_params["slug"])})
 
 
-class HooksApi:
-    def __init__(self, ctx: AppContext) -> None:
-        self.ctx = ctx
+@human_route
+async def add_hook(request: Request, human: HumanCaller) -> Response:
+    body = await read_body(request, ("url", "events"))
+    hook, secret = await core_hooks.add(request.app.state.ctx.core, human, request.path_params["slug"],
+                                        url=body.get("url"), events=body.get("events"))
+    return JSONResponse({"hook": hook, "signing_secret": secret}, status_code=201,
+                        headers={"Cache-Control": "no-store"})
 
-    async def _human(self, request: Request) -> HumanCaller | None:
-        """The bearer `sbh_` token's human (the same check as the producer API)."""
-        resolve = self.ctx.shared.get("human_from_request")
-        if resolve is not None:
-            return await resolve(request)
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer":
-            return None
-        return await humans.resolve_token(self.ctx.core, token.strip())
 
-    async def _body(self, request: Request) -> dict:
-        raw = await request.body()
-        if len(raw) > 16 * 1024:
-            raise Invalid("request body too large", argument="body")
-        try:
-            data = json.loads(raw or b"{}")
-        except ValueError:
-            raise Invalid("body must be a JSON object", argument="body") from None
-        if not isinstance(data, dict):
-            raise Invalid("body must be a JSON object", argument="body")
-        return data
+@human_route
+async def remove_hook(request: Request, human: HumanCaller) -> Response:
+    removed = await core_hooks.remove(request.app.state.ctx.core, human, request.path_params["hook_id"],
+                                      slug=request.path_params["slug"])
+    return JSONResponse({"removed": removed})
 
-    async def collection(self, request: Request) -> Response:
-        human = await self._human(request)
-        if human is None:
-            return _unauthorized()
-        slug = request.path_params["slug"]
-        core = self.ctx.core
-        try:
-            if request.method == "GET":
-                return JSONResponse({"hooks": await core_hooks.list_for_endpoint(core, human, slug)})
-            data = await self._body(request)
-            unknown = sorted(set(data) - {"url", "events"})
-            if unknown:
-                raise Invalid(f"unknown field {unknown[0][:64]}", argument=unknown[0][:64])
-            hook, secret = await core_hooks.add(core, human, slug, url=data.get("url"), events=data.get("events"))
-        except CoreError as exc:
-            return _error(exc)
-        return JSONResponse({"hook": hook, "signing_secret": secret}, status_code=201,
-                            headers={"Cache-Control": "no-store"})
 
-    async def item(self, request: Request) -> Response:
-        human = await self._human(request)
-        if human is None:
-            return _unauthorized()
-        try:
-            removed = await core_hooks.remove(self.ctx.core, human, request.path_params["hook_id"],
-                                              slug=request.path_params["slug"])
-        except CoreError as exc:
-            return _error(exc)
-        return JSONResponse({"removed": removed})
-
-    async def deliveries(self, request: Request) -> Response:
-        human = await self._human(request)
-        if human is None:
-            return _unauthorized()
-        try:
-            limit = int(request.query_params.get("limit", "50"))
-        except ValueError:
-            return _error(Invalid("limit must be an integer", argument="limit"))
-        try:
-            rows = await core_hooks.deliveries(self.ctx.core, human, slug=request.path_params["slug"],
-                                               hook_id=request.query_params.get("hook_id"), limit=limit,
-                                               with_attempts=True)
-        except CoreError as exc:
-            return _error(exc)
-        return JSONResponse({"deliveries": rows})
+@human_route
+async def list_deliveries(request: Request, human: HumanCaller) -> Response:
+    try:
+        limit = int(request.query_params.get("limit", "50"))
+    except ValueError:
+        raise Invalid("limit must be an integer", argument="limit") from None
+    rows = await core_hooks.deliveries(request.app.state.ctx.core, human, slug=request.path_params["slug"],
+                                       hook_id=request.query_params.get("hook_id"), limit=limit,
+                                       with_attempts=True)
+    return JSONResponse({"deliveries": rows})
 
 
 def component(ctx: AppContext) -> Component:
     sender = HookSender(ctx)
-    api = HooksApi(ctx)
     base = "/api/v1/endpoints/{slug}/hooks"
     routes = [
-        Route(base + "/deliveries", api.deliveries, methods=["GET"]),
-        Route(base, api.collection, methods=["GET", "POST"]),
-        Route(base + "/{hook_id}", api.item, methods=["DELETE"]),
+        Route(base + "/deliveries", list_deliveries, methods=["GET"]),
+        Route(base, list_hooks, methods=["GET"]),
+        Route(base, add_hook, methods=["POST"]),
+        Route(base + "/{hook_id}", remove_hook, methods=["DELETE"]),
     ]
     return Component(name="hooks", routes=routes, start=sender.start, stop=sender.stop)
