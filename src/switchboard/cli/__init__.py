@@ -60,7 +60,8 @@ def serve(host: Optional[str] = typer.Option(None, help="Listen address (SWITCHB
 
 
 @app.command()
-def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after this migration number.")) -> None:
+def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after this migration number."),
+            as_json: bool = JsonOpt) -> None:
     """Apply pending database migrations."""
     from ..db.database import Database
 
@@ -87,7 +88,8 @@ def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after 
         raise typer.Exit(1) from None
     except psycopg.OperationalError as exc:
         database_unreachable(exc)
-    typer.echo("applied: " + ", ".join(applied) if applied else "database is up to date")
+    emit({"applied": applied}, as_json,
+         lambda o: typer.echo("applied: " + ", ".join(applied) if applied else "database is up to date"))
 
 
 # ------------------------------------------------------------------------------------------- users
@@ -345,7 +347,8 @@ def settings_set(key: str, value: str, as_json: bool = JsonOpt) -> None:
 # ------------------------------------------------------------------------------------------- sweep
 
 @app.command()
-def sweep(once: bool = typer.Option(False, "--once", help="Run one pass and exit.")) -> None:
+def sweep(once: bool = typer.Option(False, "--once", help="Run one pass and exit."),
+          as_json: bool = typer.Option(False, "--json", help="Print one JSON object (the default).")) -> None:
     """Run the reaper, retry scheduler, endpoint expiry and retention once."""
     from ..core import sweeps
 
