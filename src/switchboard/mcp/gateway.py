@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import time
+from contextvars import ContextVar
 from typing import Callable
 from urllib.parse import urlsplit
 
@@ -26,6 +27,10 @@ log = logging.getLogger("switchboard.mcp")
 MAX_BODY_BYTES = 1024 * 1024
 CALLER_KEY = "switchboard.caller"  # the EndpointCaller of an authenticated request, in the ASGI scope
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+# What the tool call of this request did (verb, todo id, outcome), filled in by the tool handler: the
+# SDK hands the request's context to the handler, so a tools/call logs one line, not two.
+CALL_FACTS: ContextVar[dict | None] = ContextVar("switchboard_mcp_call_facts", default=None)
 
 
 def _body(code: str, message: str) -> bytes:
@@ -126,12 +131,15 @@ class Gateway:
                 status = message["status"]
             await send(message)
 
+        facts: dict = {}
+        reset = CALL_FACTS.set(facts)
         try:
             await self._serve(scope, receive, watch, slug)
         finally:
-            log.info("mcp request", extra={
+            CALL_FACTS.reset(reset)
+            log.info("tool call" if facts else "mcp request", extra={
                 "method": scope["method"], "endpoint": slug, "status": status,
-                "latency_ms": round((time.perf_counter() - started) * 1000, 2)})
+                "latency_ms": round((time.perf_counter() - started) * 1000, 2), **facts})
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, slug: str) -> None:
         length = host = origin = authorization = None

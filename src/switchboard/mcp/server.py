@@ -39,7 +39,7 @@ from ..core.models import EndpointCaller
 from ..web.app import AppContext, Component
 from . import tools
 from .auth import CredentialCache
-from .gateway import CALLER_KEY, MAX_BODY_BYTES, Gateway, allowed_hostnames
+from .gateway import CALL_FACTS, CALLER_KEY, MAX_BODY_BYTES, Gateway, allowed_hostnames
 from .sessions import LiveSession, SessionRegistry
 
 log = logging.getLogger("switchboard.mcp")
@@ -213,9 +213,14 @@ class McpSurface:
         observe = self.ctx.shared.get("observe_tool_call")  # the metrics surface's latency histogram
         if observe is not None:
             observe(tool.name, elapsed, done.outcome)
-        log.info("tool call", extra={
-            "endpoint": caller.slug, "verb": tool.name, "todo_id": done.todo_id, "outcome": done.outcome,
-            "attempt_seq": done.attempt_seq, "latency_ms": round(elapsed * 1000, 2)})
+        facts = {"verb": tool.name, "todo_id": done.todo_id, "outcome": done.outcome}
+        if done.attempt_seq is not None:
+            facts["attempt_seq"] = done.attempt_seq
+        request_facts = CALL_FACTS.get()
+        if request_facts is not None:  # the gateway writes them into its one line for the request
+            request_facts.update(facts)
+        else:
+            log.info("tool call", extra={"endpoint": caller.slug, **facts, "latency_ms": round(elapsed * 1000, 2)})
         return done.result
 
     # ------------------------------------------------------------------------------- resources
