@@ -198,6 +198,38 @@ def machine_info() -> dict:
             "psycopg": psycopg.__version__, "platform": platform.platform()}
 
 
+class ServerCpu:
+    """CPU seconds used so far by the embedded PostgreSQL (postmaster and its children), from /proc.
+
+    On a shared machine wall-clock rates move with other people's load; CPU spent per cycle by our
+    own processes moves much less, so it is reported next to the rates. Unknown for an external
+    server (None)."""
+
+    def __init__(self, pgdata: Path | None) -> None:
+        self.pid = None
+        if pgdata is not None:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                self.pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def seconds(self) -> float | None:
+        if self.pid is None:
+            return None
+        total = 0
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            pid, ppid = int(entry.name), int(fields[1])
+            if pid == self.pid or ppid == self.pid:
+                total += int(fields[11]) + int(fields[12])  # utime + stime
+        return total / self.tick
+
+
 def loadavg() -> tuple[float, float, float]:
     try:
         return os.getloadavg()
@@ -213,7 +245,7 @@ def postgres_server():
     """(server uri, how): an external server from SWITCHBOARD_DATABASE_URL, else a fresh embedded one."""
     url = os.environ.get("SWITCHBOARD_DATABASE_URL")
     if url:
-        yield url, "external (SWITCHBOARD_DATABASE_URL)"
+        yield url, "external (SWITCHBOARD_DATABASE_URL)", None
         return
     from switchboard.db import embedded
 
@@ -223,7 +255,7 @@ def postgres_server():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             server = embedded.start(tmp)
-        yield server.uri, "embedded, fresh data dir"
+        yield server.uri, "embedded, fresh data dir", server.pgdata
     finally:
         if server is not None:
             server.release()
@@ -376,16 +408,24 @@ def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection]) -> l
             Variant("core-sql", core_sql_run), Variant("bare", bare_run)]
 
 
+SERVER_CPU = ServerCpu(None)
+
+
 async def measure(variant: Variant, workers: int, seconds: float) -> dict:
+    pg0, py0 = SERVER_CPU.seconds(), time.process_time()
     start = time.perf_counter()
     cycles, starved = await variant.run(workers, start + seconds)
     elapsed = time.perf_counter() - start
-    return {"cycles": cycles, "elapsed": elapsed, "cps": cycles / elapsed, "starved": starved}
+    py1, pg1 = time.process_time(), SERVER_CPU.seconds()
+    n = max(cycles, 1)
+    return {"cycles": cycles, "elapsed": elapsed, "cps": cycles / elapsed, "starved": starved,
+            "py_us": (py1 - py0) / n * 1e6, "pg_us": (pg1 - pg0) / n * 1e6 if pg0 is not None else None}
 
 
 async def throughput(tenant: Tenant, variants: list[Variant], *, worker_counts: list[int], rounds: int,
                      seconds: float, backlog: int, log) -> dict:
     results: dict[str, dict[int, list[float]]] = {v.name: {w: [] for w in worker_counts} for v in variants}
+    cpu: dict[str, dict[int, list[tuple]]] = {v.name: {w: [] for w in worker_counts} for v in variants}
     loads: list[float] = []
 
     async def top_up() -> None:
@@ -407,9 +447,10 @@ async def throughput(tenant: Tenant, variants: list[Variant], *, worker_counts: 
                 if got["starved"]:
                     raise SystemExit(f"bench: {v.name} ran out of pending todos; raise the backlog")
                 results[v.name][w].append(got["cps"])
+                cpu[v.name][w].append((got["py_us"], got["pg_us"]))
                 loads.append(loadavg()[0])
                 log(f"  round {r + 1}/{rounds}  {w:>2} workers  {v.name:<12} {got['cps']:8.1f} cycles/s")
-    return {"rounds": results, "loadavg_1m": loads}
+    return {"rounds": results, "cpu_us": cpu, "loadavg_1m": loads}
 
 
 # ------------------------------------------------------------------------------------- latency
@@ -489,7 +530,9 @@ async def main(args: argparse.Namespace) -> int:
     load_start = loadavg()
     t_start = time.perf_counter()
     info = machine_info()
-    with postgres_server() as (server_uri, server_how):
+    global SERVER_CPU
+    with postgres_server() as (server_uri, server_how, pgdata):
+        SERVER_CPU = ServerCpu(pgdata)
         dbs = Databases(server_uri)
         tenants: list[Tenant] = []
         raw_conns: list[psycopg.AsyncConnection] = []
@@ -546,6 +589,17 @@ async def main(args: argparse.Namespace) -> int:
     tput_table = fmt_table(rows, ["workers", "core", "no-attempts", "core-sql", "bare",
                                   "core/no-att", "core/bare", "core/core-sql", "core-sql/bare"])
 
+    def cpu_cell(v: str, w: int) -> str:
+        xs = tput["cpu_us"][v][w]
+        py = statistics.median(x[0] for x in xs)
+        if xs[0][1] is None:
+            return f"{py:.0f} + ?"
+        return f"{py:.0f} + {statistics.median(x[1] for x in xs):.0f}"
+
+    names = ("core", "no-attempts", "core-sql", "bare")
+    cpu_table = fmt_table([[str(w)] + [cpu_cell(v, w) for v in names] for w in worker_counts],
+                          ["workers"] + list(names))
+
     s, b = lat["samples"]["small"], lat["samples"]["big"]
     lat_rows = [[f"{args.small:,}", f"{pct(s, 50) * 1000:.2f}", f"{pct(s, 99) * 1000:.2f}", str(len(s))],
                 [f"{args.big:,}", f"{pct(b, 50) * 1000:.2f}", f"{pct(b, 99) * 1000:.2f}", str(len(b))]]
@@ -586,6 +640,9 @@ async def main(args: argparse.Namespace) -> int:
         " median of per-round ratios)",
         tput_table,
         "",
+        "CPU per cycle, microseconds: this Python process + PostgreSQL (median of the rounds)",
+        cpu_table,
+        "",
         f"claim_next latency (core path, {args.latency_rounds} alternating rounds of {args.latency_samples})",
         lat_table,
         f"p50 ratio {p50_ratio:.2f} (median of per-round p50 ratios {p50_ratio_paired:.2f});"
@@ -606,6 +663,7 @@ async def main(args: argparse.Namespace) -> int:
             "postgres": facts, "server": server_how, "loop": args.loop,
             "loadavg": {"start": load_start, "end": load_end, "during": all_loads},
             "throughput": {v: {str(w): xs for w, xs in by_w.items()} for v, by_w in tput["rounds"].items()},
+            "cpu_us_python_postgres": {v: {str(w): xs for w, xs in by_w.items()} for v, by_w in tput["cpu_us"].items()},
             "latency_ms": {k: {"p50": pct(v, 50) * 1000, "p99": pct(v, 99) * 1000, "n": len(v)}
                            for k, v in lat["samples"].items()},
             "latency_backlogs": {"small": args.small, "big": args.big},

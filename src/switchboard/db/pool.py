@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import select
+from collections import deque
 
 import psycopg
 from psycopg.rows import dict_row
@@ -39,8 +40,30 @@ async def check_idle_connection(conn: psycopg.AsyncConnection) -> None:
         await AsyncConnectionPool.check_connection(conn)
 
 
+class HotFirstPool(AsyncConnectionPool):
+    """Hands out the most recently returned idle connection (LIFO) instead of the least recent.
+
+    psycopg_pool queues idle connections first in, first out, so a handful of callers rotate
+    through every connection the pool ever opened: after a burst of 16, a single caller wakes a
+    different backend each time, with cold caches. Measured on 2 cores at 4 callers with 20
+    allowed connections: about 30 % less PostgreSQL CPU per claim + complete cycle and 40 % more
+    cycles/s (docs/benchmarks.md). Idle connections at the cold end are the ones the pool closes
+    when it shrinks after `max_idle`.
+    """
+
+    async def _get_ready_connection(self, timeout: float | None):  # noqa: ANN201
+        conn = await super()._get_ready_connection(timeout)
+        idle = getattr(self, "_pool", None)
+        if conn is not None and isinstance(idle, deque) and idle:
+            # The base class took the coldest (left) one: put it back, take the hottest (right).
+            # Runs without an await in between, under the same event loop step as the base call.
+            idle.appendleft(conn)
+            conn = idle.pop()
+        return conn
+
+
 async def open_pool(uri: str, *, min_size: int = 2, max_size: int = 10) -> AsyncConnectionPool:
-    pool = AsyncConnectionPool(
+    pool = HotFirstPool(
         uri,
         min_size=min_size,
         max_size=max_size,
