@@ -745,3 +745,50 @@ async def test_req19_classify_miss_not_found_conflict_forbidden(core):
     with pytest.raises(Invalid) as err:
         await todos.complete(core, w.e1, t["id"], artifact="ftp://x")
     assert err.value.argument == "artifact"
+
+
+async def test_req19_logs_carry_no_token_summary_or_artifact(core):
+    """Every record the core logs during a fenced life (including a subscriber that fails with the
+    attempt in its message) is formatted by both formatters without a secret or report text."""
+    import io
+    import logging
+
+    from switchboard.logs import JsonFormatter, TextFormatter
+
+    stream = io.StringIO()
+    handlers = []
+    for fmt in (JsonFormatter(), TextFormatter()):
+        h = logging.StreamHandler(stream)
+        h.setFormatter(fmt)
+        h.setLevel(logging.DEBUG)
+        handlers.append(h)
+    root = logging.getLogger("switchboard")
+    old_level = root.level
+    root.setLevel(logging.DEBUG)
+    for h in handlers:
+        root.addHandler(h)
+
+    def leaky(event):
+        raise RuntimeError(f"subscriber saw {event.closed_attempt} {event.final_attempt}")
+
+    core.bus.subscribe(leaky)
+    try:
+        w = await make_world(core)
+        _, credential = await endpoints.vend(core, w.h1, agent="secretive")
+        t = await w.todo(max_attempts=1)
+        got = await todos.claim(core, w.e1, t["id"], require_fence=True, claimant="label-7f3a")
+        with pytest.raises(Conflict):
+            await todos.complete(core, w.e1, t["id"], lease_token="wrong-token-9c1d")
+        await todos.heartbeat(core, w.e1, t["id"], lease_token=got.lease_token)
+        await todos.fail(core, w.e1, t["id"], lease_token=got.lease_token, summary="summary-text-51ab",
+                         artifact="mcp://cairn/artifact51ab", result={"secret": "result-text-51ab"})
+        await sweeps.sweep_once(core)
+    finally:
+        for h in handlers:
+            root.removeHandler(h)
+        root.setLevel(old_level)
+    logged = stream.getvalue()
+    assert "subscriber failed" in logged  # the failing subscriber was logged, and only its class name
+    for secret in (got.lease_token, "wrong-token-9c1d", credential, "summary-text-51ab", "artifact51ab",
+                   "result-text-51ab", "label-7f3a"):
+        assert secret not in logged

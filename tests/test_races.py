@@ -146,3 +146,33 @@ async def test_race_two_transactions_planting_open_attempts_concurrently(rcore):
     assert outcomes["committed"] == ROUNDS and outcomes["23P01"] + outcomes["40P01"] == ROUNDS
     print("planted pairs:", dict(outcomes))
     await sql(core, "DELETE FROM todo_attempts")
+
+
+async def test_race_two_processes_sweeping_at_once(rcore, race_uri):
+    """Two cores (as two processes would have) sweep the same lapsed leases and due retries at once:
+    every todo is reaped or re-queued exactly once, and the invariants hold."""
+    core = rcore
+    w = await make_world(core)
+    async with core_for(race_uri) as other:
+        for r in range(20):
+            lapsed = [(await w.todo(f"l{r}-{i}"))["id"] for i in range(5)]
+            parked = [(await w.todo(f"p{r}-{i}"))["id"] for i in range(5)]
+            for t in lapsed + parked:
+                await todos.claim(core, w.e1, t)
+            for t in parked:
+                await todos.fail(core, w.e1, t)
+            await sql(core, "UPDATE todos SET lease_expires_at = now() - interval '1 minute'"
+                            " WHERE id = ANY(%s)", (lapsed,))
+            await sql(core, "UPDATE todos SET next_retry_at = now() - interval '1 second' WHERE id = ANY(%s)",
+                      (parked,))
+            a, b = await asyncio.gather(sweeps.sweep_once(core, with_retention=False),
+                                        sweeps.sweep_once(other, with_retention=False))
+            assert a.reaped + b.reaped == 5 and a.requeued + b.requeued == 5, (a, b)
+            rows = await sql(core, "SELECT outcome, count(*) AS n FROM todo_attempts WHERE todo_id = ANY(%s)"
+                                   " GROUP BY outcome", (lapsed + parked,))
+            assert {r["outcome"]: r["n"] for r in rows} == {"reaped": 5, "failed": 5}
+            states = await sql(core, "SELECT DISTINCT state FROM todos WHERE id = ANY(%s)", (lapsed + parked,))
+            assert [s["state"] for s in states] == ["pending"]
+            assert await check(core) == []
+            for t in lapsed + parked:  # out of the next round's way
+                await todos.cancel(core, w.h1, t)
