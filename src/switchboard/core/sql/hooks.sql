@@ -47,12 +47,16 @@ SELECT attempt, started_at, duration_ms, status_code, result, error
 -- name: claim_due
 -- The sender takes due notifications under a short lease (so a crashed sender's rows come back),
 -- at most `per_hook` per hook and none of the hooks it is still busy with.
-WITH ranked AS (
-    SELECT o.id, row_number() OVER (PARTITION BY o.hook_id ORDER BY o.next_attempt_at, o.id) AS rn
-      FROM hook_outbox o JOIN notify_hooks h ON h.id = o.hook_id AND h.enabled
+WITH due AS (
+    SELECT o.id, o.hook_id, o.next_attempt_at FROM hook_outbox o
      WHERE o.state = 'pending' AND o.next_attempt_at <= now()
        AND (o.locked_until IS NULL OR o.locked_until < now())
        AND NOT (o.hook_id = ANY(%(busy)s::uuid[]))
+     ORDER BY o.next_attempt_at
+     LIMIT 1000
+), ranked AS (
+    SELECT d.id, row_number() OVER (PARTITION BY d.hook_id ORDER BY d.next_attempt_at, d.id) AS rn
+      FROM due d JOIN notify_hooks h ON h.id = d.hook_id AND h.enabled
 ), picked AS (
     SELECT o.id FROM hook_outbox o
      WHERE o.id IN (SELECT id FROM ranked WHERE rn <= %(per_hook)s)
