@@ -1,0 +1,554 @@
+"""MCP benchmark (SYSTEM.md section 16, issue 3 section 7): what one `switchboard serve` process sustains.
+
+Measured in one run, against one server process on a fresh database:
+
+  calls/s      tool calls/s with 1, 8 and 32 concurrent keep-alive clients (session era, one session
+               per connection): `ping` (the MCP path alone) and `list_todos` (one light query)
+  cycles/s     claim_next -> complete cycles/s end to end with 4 concurrent clients, next to the core's
+               own cycles/s (the same two transitions called in-process with 4 asyncio workers),
+               interleaved in rounds so that noise on a shared machine hits both alike; also the
+               2026-07-28 era (no session) and the official SDK client (`mcp.Client`, httpx2)
+  memory       the server's resident set at idle and with 200 open sessions, each holding its GET
+               notification stream
+
+The light client is raw JSON-RPC over keep-alive HTTP/1.1 on asyncio streams, so that the client is
+not what is measured; its CPU per call is printed beside the rate, and so is the server's (from
+/proc). `--profile FILE` also runs a server under cProfile with a CPU clock and prints where its time
+per cycle goes; `--levers` (on by default) starts one server per per-call lever turned back
+(bench/mcp_variant_server.py) and prints each one's cycles/s beside the shipped server's.
+
+    make bench                                   # after the store bench
+    .venv/bin/python bench/mcp_bench.py --quick  # about 1 minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from switchboard.config import load_settings
+from switchboard.core import endpoints, humans, todos
+from switchboard.core.models import Core
+from switchboard.db import migrate
+from switchboard.db.pool import open_pool
+
+QUEUE = "bench"
+WORKERS = 4
+ROOT = Path(__file__).resolve().parent.parent
+SESSION_ERA = "2025-11-25"
+MODERN_ERA = "2026-07-28"
+
+
+# ---------------------------------------------------------------------------------- light client
+
+class LightClient:
+    """One keep-alive HTTP/1.1 connection speaking JSON-RPC to /mcp/<slug>."""
+
+    def __init__(self, port: int, slug: str, credential: str, era: str = SESSION_ERA) -> None:
+        self.port, self.slug, self.era = port, slug, era
+        self.base = (f"POST /mcp/{slug} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                     f"Authorization: Bearer {credential}\r\nContent-Type: application/json\r\n"
+                     "Accept: application/json, text/event-stream\r\n").encode()
+        self.session: bytes = b""
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self._id = 0
+
+    async def open(self) -> "LightClient":
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        if self.era == SESSION_ERA:
+            result = await self.request("initialize", {"protocolVersion": SESSION_ERA, "capabilities": {},
+                                                       "clientInfo": {"name": "bench", "version": "0"}})
+            assert result["protocolVersion"] == SESSION_ERA, result
+            await self.notify("notifications/initialized")
+        return self
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    async def _exchange(self, payload: dict, extra: bytes = b"") -> tuple[int, bytes]:
+        data = json.dumps(payload, separators=(",", ":")).encode()
+        head = self.base + self.session + extra + b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n"
+        self.writer.write(head + data)
+        status_line = await self.reader.readline()
+        status = int(status_line.split(b" ", 2)[1])
+        length, chunked = 0, False
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"transfer-encoding" and b"chunked" in value.lower():
+                chunked = True
+            elif name == b"mcp-session-id":
+                self.session = b"Mcp-Session-Id: " + value.strip() + b"\r\nMCP-Protocol-Version: " \
+                               + SESSION_ERA.encode() + b"\r\n"
+        if chunked:
+            body = b""
+            while True:
+                size = int((await self.reader.readline()).strip(), 16)
+                if size == 0:
+                    await self.reader.readline()
+                    break
+                body += await self.reader.readexactly(size)
+                await self.reader.readline()
+            return status, body
+        return status, (await self.reader.readexactly(length)) if length else b""
+
+    async def request(self, method: str, params: dict | None = None) -> dict:
+        self._id += 1
+        params = dict(params or {})
+        extra = b""
+        if self.era == MODERN_ERA:
+            params["_meta"] = {"io.modelcontextprotocol/protocolVersion": MODERN_ERA,
+                               "io.modelcontextprotocol/clientCapabilities": {}}
+            extra = f"MCP-Protocol-Version: {MODERN_ERA}\r\nMcp-Method: {method}\r\n".encode()
+            if method == "tools/call":
+                extra += f"Mcp-Name: {params['name']}\r\n".encode()
+        status, body = await self._exchange({"jsonrpc": "2.0", "id": self._id, "method": method,
+                                             "params": params}, extra)
+        if status != 200:
+            raise RuntimeError(f"{method}: HTTP {status} {body[:200]!r}")
+        if body[:1] != b"{":  # an SSE answer: the data line carrying the response
+            body = next(line[5:] for line in body.splitlines()
+                        if line.startswith(b"data:") and b'"id"' in line)
+        msg = json.loads(body)
+        if "error" in msg:
+            raise RuntimeError(f"{method}: {msg['error']}")
+        return msg["result"]
+
+    async def notify(self, method: str) -> None:
+        status, _ = await self._exchange({"jsonrpc": "2.0", "method": method})
+        assert status == 202, status
+
+    async def tool(self, name: str, arguments: dict) -> dict:
+        result = await self.request("tools/call", {"name": name, "arguments": arguments})
+        if result.get("isError"):
+            raise RuntimeError(f"{name}: {result['structuredContent']}")
+        return result["structuredContent"]
+
+
+async def open_stream(port: int, slug: str, credential: str, session_header: bytes) -> asyncio.StreamWriter:
+    """A session's GET notification stream, held open (for the memory figure)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET /mcp/{slug} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {credential}\r\n"
+                 "Accept: text/event-stream\r\n".encode() + session_header + b"\r\n")
+    status = await reader.readline()
+    assert b" 200 " in status, status
+    return writer
+
+
+# ------------------------------------------------------------------------------------ the server
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen
+    port: int
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def serve(uri: str, log_level: str, variant: str | None = None) -> Served:
+    """`switchboard serve` as its own process; with `variant`, bench/mcp_variant_server.py instead."""
+    port = free_port()
+    env = dict(os.environ, SWITCHBOARD_DATABASE_URL=uri, SWITCHBOARD_PORT=str(port), SWITCHBOARD_HOST="127.0.0.1",
+               SWITCHBOARD_RATE_LIMIT_RPS="1000000", SWITCHBOARD_RATE_LIMIT_BURST="1000000",
+               SWITCHBOARD_LOG_LEVEL=log_level, SWITCHBOARD_SWEEP_INTERVAL_SECONDS="3600")
+    log = open(os.environ.get("MCP_BENCH_SERVER_LOG", os.devnull), "wb")
+    command = ([sys.executable, str(ROOT / "bench" / "mcp_variant_server.py"), variant] if variant
+               else [sys.executable, "-m", "switchboard", "serve"])
+    proc = subprocess.Popen(command, env=env, cwd=ROOT,
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                if b" 200 " in s.recv(200):
+                    return Served(proc, port)
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.1)
+
+
+# -------------------------------------------------------------------------------------- database
+
+@contextlib.asynccontextmanager
+async def database(keep: bool):
+    """A fresh migrated database: on SWITCHBOARD_DATABASE_URL's server, else on an embedded one."""
+    external = os.environ.get("SWITCHBOARD_DATABASE_URL")
+    tmp = None
+    server = None
+    if external:
+        server_uri = external
+    else:
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        from switchboard.db import embedded
+
+        tmp = Path(tempfile.mkdtemp(prefix="sb-mcp-bench-"))
+        server = await asyncio.to_thread(embedded.start, tmp / "pg")
+        server_uri = server.uri
+    name = f"sb_mcp_bench_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(server_uri, autocommit=True) as conn:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    uri = psycopg.conninfo.make_conninfo(server_uri, dbname=name)
+    try:
+        async with await psycopg.AsyncConnection.connect(uri, autocommit=True) as conn:
+            await migrate.migrate(conn)
+        yield uri
+    finally:
+        if not keep:
+            async with await psycopg.AsyncConnection.connect(server_uri, autocommit=True) as conn:
+                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if server is not None:
+            await asyncio.to_thread(server.release)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def seed(core: Core, endpoint_id: str, n: int) -> None:
+    async with core.pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO todos (id, endpoint_id, queue, title, source) "
+            "SELECT 'td_' || gen_random_uuid(), %s, %s, 'bench ' || g, 'bench' FROM generate_series(1, %s) g",
+            (endpoint_id, QUEUE, n))
+        await conn.execute("ANALYZE todos")
+
+
+async def pending(core: Core) -> int:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) AS n FROM todos WHERE state = 'pending'")
+        return (await cur.fetchone())["n"]
+
+
+# -------------------------------------------------------------------------------------- measures
+
+@dataclass
+class Rate:
+    label: str
+    per_s: float
+    server_ms: float | None = None  # server CPU per operation
+    client_ms: float | None = None  # this process's CPU per operation
+
+    def row(self) -> str:
+        s = f"{self.server_ms:.2f}" if self.server_ms is not None else "-"
+        c = f"{self.client_ms:.2f}" if self.client_ms is not None else "-"
+        return f"| {self.label} | {self.per_s:,.0f} | {s} | {c} |"
+
+
+async def timed(seconds: float, workers: int, step, served: Served | None) -> tuple[float, float | None, float]:
+    """Run `step(i)` in `workers` loops for `seconds`: (ops/s, server CPU ms/op, client CPU ms/op)."""
+    count = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def loop(i: int) -> None:
+        nonlocal count
+        while time.perf_counter() < stop_at:
+            await step(i)
+            count += 1
+
+    cpu0 = served.cpu_seconds() if served else None
+    pcpu0 = time.process_time()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(loop(i) for i in range(workers)))
+    elapsed = time.perf_counter() - t0
+    server_ms = (served.cpu_seconds() - cpu0) * 1000 / max(count, 1) if served else None
+    return count / elapsed, server_ms, (time.process_time() - pcpu0) * 1000 / max(count, 1)
+
+
+async def light_calls(served: Served, slug: str, credential: str, conc: int, seconds: float,
+                      tool: str | None) -> Rate:
+    clients = [await LightClient(served.port, slug, credential).open() for _ in range(conc)]
+    args = {"queue": QUEUE, "limit": 1}
+
+    async def step(i: int) -> None:
+        if tool is None:
+            await clients[i].request("ping")
+        else:
+            await clients[i].tool(tool, args)
+
+    try:
+        await timed(min(1.0, seconds / 4), conc, step, None)  # warm-up
+        per_s, server_ms, client_ms = await timed(seconds, conc, step, served)
+    finally:
+        for c in clients:
+            await c.close()
+    return Rate(f"{tool or 'ping'}, {conc} client{'s' if conc > 1 else ''}", per_s, server_ms, client_ms)
+
+
+async def light_cycles(served: Served, slug: str, credential: str, seconds: float, era: str) -> tuple[float, float, float]:
+    clients = [await LightClient(served.port, slug, credential, era).open() for _ in range(WORKERS)]
+
+    async def step(i: int) -> None:
+        got = await clients[i].tool("claim_next", {"queue": QUEUE})
+        if got.get("empty"):
+            raise RuntimeError("the queue ran dry: seed more todos")
+        await clients[i].tool("complete", {"id": got["todo"]["id"]})
+
+    try:
+        return await timed(seconds, WORKERS, step, served)
+    finally:
+        for c in clients:
+            await c.close()
+
+
+async def core_cycles(core: Core, caller, seconds: float) -> tuple[float, None, float]:
+    async def step(i: int) -> None:
+        got = await todos.claim_next(core, caller, queue=QUEUE)
+        if got is None:
+            raise RuntimeError("the queue ran dry: seed more todos")
+        await todos.complete(core, caller, got.todo["id"])
+
+    per_s, _, client_ms = await timed(seconds, WORKERS, step, None)
+    return per_s, None, client_ms
+
+
+async def sdk_cycles(served: Served, slug: str, credential: str, seconds: float) -> tuple[float, float, float]:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    url = f"http://127.0.0.1:{served.port}/mcp/{slug}"
+    async with contextlib.AsyncExitStack() as stack:
+        clients = []
+        for _ in range(WORKERS):
+            http = await stack.enter_async_context(httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {credential}"}, timeout=httpx2.Timeout(30)))
+            clients.append(await stack.enter_async_context(
+                Client(streamable_http_client(url, http_client=http), mode="legacy")))
+
+        async def step(i: int) -> None:
+            got = (await clients[i].call_tool("claim_next", {"queue": QUEUE})).structured_content
+            if got.get("empty"):
+                raise RuntimeError("the queue ran dry: seed more todos")
+            await clients[i].call_tool("complete", {"id": got["todo"]["id"]})
+
+        return await timed(seconds, WORKERS, step, served)
+
+
+async def memory(served: Served, slug: str, credential: str, n: int) -> tuple[float, float]:
+    idle = served.rss_mb()
+    clients, streams = [], []
+    try:
+        for _ in range(n):
+            c = await LightClient(served.port, slug, credential).open()
+            clients.append(c)
+            streams.append(await open_stream(served.port, slug, credential, c.session))
+        await asyncio.sleep(1.0)
+        held = served.rss_mb()
+    finally:
+        for w in streams:
+            w.close()
+        for c in clients:
+            await c.close()
+    return idle, held
+
+
+async def profile(uri: str, slug: str, credential: str, seconds: float, out: Path) -> list[str]:
+    """cProfile (CPU clock) of a `shipped` server over session-era cycles: the top functions by own
+    time and the heaviest layers by inclusive time, per cycle."""
+    import pstats
+
+    os.environ["MCP_BENCH_CPROFILE"] = str(out)
+    try:
+        served = serve(uri, "info", "shipped")
+    finally:
+        del os.environ["MCP_BENCH_CPROFILE"]
+    try:
+        await asyncio.sleep(0.5)
+        await light_cycles(served, slug, credential, min(1.0, seconds / 4), SESSION_ERA)
+        per_s, _, _ = await light_cycles(served, slug, credential, seconds, SESSION_ERA)
+    finally:
+        served.stop()
+    stats = pstats.Stats(str(out))
+    cycles = per_s * seconds
+    rows = []
+    for (file, line, fn), (_, ncalls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = file.split("site-packages/")[-1].split("/src/")[-1]
+        rows.append((tottime, cumtime, ncalls, f"{where}:{line}({fn})"))
+    lines = [f"profile: {cycles:,.0f} cycles under cProfile ({per_s:,.0f}/s; the profiler slows the server)",
+             "own ms/cycle  incl ms/cycle  calls/cycle  function"]
+    for tottime, cumtime, ncalls, name in sorted(rows, reverse=True)[:30]:
+        lines.append(f"{tottime * 1000 / cycles:12.3f}  {cumtime * 1000 / cycles:13.3f}  {ncalls / cycles:11.1f}  {name}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ main
+
+async def run(args: argparse.Namespace) -> dict:
+    seconds = args.seconds
+    out: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                             "platform": platform.platform()}, "seconds": seconds, "rounds": args.rounds}
+    async with database(args.keep) as uri:
+        settings = load_settings(database_url=uri)
+        pool = await open_pool(uri, min_size=WORKERS, max_size=WORKERS * 2)
+        core = Core(pool=pool, settings=settings)
+        human = await humans.add(core, "bench", "bench-password")
+        ep, credential = await endpoints.vend(core, human, agent="bench", queues=[QUEUE], lease_ttl=1800)
+        caller = endpoints.caller_from_row(await endpoints.resolve_credential(core, credential))
+        slug = ep["slug"]
+        # Every todo of the run exists before the server starts: a bulk insert sends one ready
+        # wake-up per todo, and the doorbell of a running server would spend the rounds on them.
+        await seed(core, ep["endpoint_id"], int(args.rounds * seconds * (4000 + 800 * len(LEVERS))) + 20000)
+        served = serve(uri, args.log_level)
+        try:
+            await asyncio.sleep(1.0)
+            calls: list[Rate] = []
+            for tool in (None, "list_todos"):
+                for conc in (1, 8, 32):
+                    calls.append(await light_calls(served, slug, credential, conc, seconds, tool))
+                    print(calls[-1].row(), file=sys.stderr)
+            out["calls"] = [vars(r) for r in calls]
+
+            core_r, light_r, modern_r, sdk_r = [], [], [], []
+            for i in range(args.rounds):
+                core_r.append(await core_cycles(core, caller, seconds))
+                light_r.append(await light_cycles(served, slug, credential, seconds, SESSION_ERA))
+                modern_r.append(await light_cycles(served, slug, credential, seconds, MODERN_ERA))
+                sdk_r.append(await sdk_cycles(served, slug, credential, seconds))
+                print(f"round {i + 1}: core {core_r[-1][0]:,.0f}  mcp {light_r[-1][0]:,.0f}  "
+                      f"mcp-2026 {modern_r[-1][0]:,.0f}  sdk {sdk_r[-1][0]:,.0f} cycles/s", file=sys.stderr)
+
+            def med(rs: list, label: str) -> Rate:
+                server = [r[1] for r in rs if r[1] is not None]
+                return Rate(label, statistics.median(r[0] for r in rs),
+                            statistics.median(server) if server else None, statistics.median(r[2] for r in rs))
+
+            cycles = [med(core_r, "core (in-process, 4 workers)"),
+                      med(light_r, "MCP, session era, light client, 4 sessions"),
+                      med(modern_r, "MCP, 2026-07-28 era, light client, 4 clients"),
+                      med(sdk_r, "MCP, official SDK client, 4 sessions")]
+            ratios = [lr[0] / cr[0] for lr, cr in zip(light_r, core_r)]
+            out["cycles"] = [vars(r) for r in cycles]
+            out["ratio_mcp_to_core"] = {"median": statistics.median(ratios), "rounds": ratios}
+            idle, held = await memory(served, slug, credential, args.sessions)
+            out["rss_mb"] = {"idle": idle, f"{args.sessions}_sessions": held}
+        finally:
+            served.stop()
+        try:
+            if args.levers:
+                out["levers"] = await levers(uri, slug, credential, seconds, args)
+            if args.profile:
+                out["profile"] = await profile(uri, slug, credential, seconds, Path(args.profile))
+        finally:
+            await pool.close()
+
+    print("\n| tool calls (one server process) | calls/s | server CPU ms/call | client CPU ms/call |")
+    print("| --- | ---: | ---: | ---: |")
+    for r in out["calls"]:
+        print(Rate(**r).row())
+    print("\n| claim_next -> complete | cycles/s | server CPU ms/cycle | client CPU ms/cycle |")
+    print("| --- | ---: | ---: | ---: |")
+    for r in out["cycles"]:
+        print(Rate(**r).row())
+    ratio = out["ratio_mcp_to_core"]
+    print(f"\nMCP end to end / core: {ratio['median']:.2f} (rounds: "
+          f"{', '.join(f'{x:.2f}' for x in ratio['rounds'])}; target >= 0.3)")
+    print(f"server RSS: {out['rss_mb']['idle']:.0f} MB idle, "
+          f"{out['rss_mb'][f'{args.sessions}_sessions']:.0f} MB with {args.sessions} open sessions "
+          "and their GET streams (target <= 200 MB)")
+    if "levers" in out:
+        print("\n| lever turned back (one server each) | era | cycles/s | vs shipped | server CPU ms/cycle |")
+        print("| --- | --- | ---: | ---: | ---: |")
+        for r in out["levers"]:
+            print(f"| {r['variant']} | {r['era']} | {r['per_s']:,.0f} | {r['vs_shipped']:.2f} | "
+                  f"{r['server_ms']:.2f} |")
+    if "profile" in out:
+        print("\n" + "\n".join(out["profile"]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return out
+
+
+LEVERS = (("shipped", SESSION_ERA), ("sse", SESSION_ERA), ("otel", SESSION_ERA), ("asyncio-h11", SESSION_ERA),
+          ("no-cache", SESSION_ERA), ("no-logs", SESSION_ERA), ("shipped", MODERN_ERA), ("no-schema", MODERN_ERA))
+
+
+async def levers(uri: str, slug: str, credential: str, seconds: float, args: argparse.Namespace) -> list[dict]:
+    """Session-era (and, for P12, 2026-era) cycles/s with one lever turned back per server process,
+    each round visiting every variant so that drift on the machine is shared."""
+    samples: dict[tuple[str, str], list[tuple[float, float]]] = {lever: [] for lever in LEVERS}
+    for i in range(args.rounds):
+        for variant, era in LEVERS:
+            served = serve(uri, args.log_level, variant)
+            try:
+                await asyncio.sleep(0.5)
+                await light_cycles(served, slug, credential, min(1.0, seconds / 4), era)  # warm-up
+                per_s, server_ms, _ = await light_cycles(served, slug, credential, seconds, era)
+            finally:
+                served.stop()
+            samples[(variant, era)].append((per_s, server_ms))
+            print(f"levers round {i + 1}: {variant} ({era}) {per_s:,.0f} cycles/s", file=sys.stderr)
+    base = {era: statistics.median(x[0] for x in samples[("shipped", era)]) for era in (SESSION_ERA, MODERN_ERA)}
+    return [{"variant": v, "era": era, "per_s": statistics.median(x[0] for x in xs),
+             "vs_shipped": statistics.median(x[0] for x in xs) / base[era],
+             "server_ms": statistics.median(x[1] for x in xs)} for (v, era), xs in samples.items()]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seconds", type=float, default=10.0, help="length of each measurement (default 10)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved core/MCP rounds (default 3)")
+    p.add_argument("--sessions", type=int, default=200, help="open sessions for the memory figure (default 200)")
+    p.add_argument("--log-level", default="info", help="the server's SWITCHBOARD_LOG_LEVEL (default info)")
+    p.add_argument("--quick", action="store_true", help="3-second measurements, 2 rounds")
+    p.add_argument("--no-levers", dest="levers", action="store_false",
+                   help="skip the per-lever comparison (one server process per variant)")
+    p.add_argument("--profile", metavar="FILE",
+                   help="also profile a server (cProfile, CPU clock) over session-era cycles; stats go to FILE")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    p.add_argument("--keep", action="store_true", help="keep the benchmark database")
+    args = p.parse_args()
+    if args.quick:
+        args.seconds, args.rounds = 3.0, 2
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
