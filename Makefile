@@ -36,6 +36,7 @@ test: $(STAMP) browser
 
 bench: $(STAMP)
 	$(BIN)/python bench/store_bench.py
+	$(BIN)/python bench/mcp_bench.py
 	$(BIN)/python bench/doorbell_bench.py
 
 clean:
