@@ -129,6 +129,24 @@ SELECT 'td_' || gen_random_uuid(), %(endpoint_id)s, %(queue)s, 'bench ' || g,
 """
 
 
+# History: done todos with one completed attempt each, so that the attempts table looks like a
+# system that has been running (the planner sees its real size from the first claim on) and the
+# prepared claim statements get the plans they would have in service.
+HISTORY_LOAD = """
+WITH d AS (
+    INSERT INTO todos (id, endpoint_id, queue, title, state, owner, attempt, attempts_total, created_at,
+                       updated_at, claimed_at, completed_at)
+    SELECT 'td_' || gen_random_uuid(), %(endpoint_id)s, %(queue)s, 'history ' || g, 'done', %(owner)s, 1, 1,
+           now() - interval '1 day' + g * interval '1 millisecond', now(), now(), now()
+      FROM generate_series(1, %(n)s) AS g
+    RETURNING id, claimed_at
+)
+INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, owner, claimed_at, lease_expires_at, ended_at,
+                           outcome, disposition)
+SELECT id, 1, 1, 'endpoint', %(owner)s, claimed_at, claimed_at, claimed_at, 'completed', 'done' FROM d
+"""
+
+
 def _splice(sql: str) -> str:
     frags = _fragments()
     for name, text in frags.items():
@@ -313,6 +331,12 @@ class Tenant:
         self.pending += n
         return time.perf_counter() - t0
 
+    async def load_history(self, n: int) -> None:
+        """n done todos, each with one completed attempt (in another queue of the same endpoint)."""
+        async with self.core.pool.connection() as conn:
+            await conn.execute(HISTORY_LOAD, {"endpoint_id": self.caller.endpoint_id, "queue": "history",
+                                              "owner": self.caller.owner, "n": n})
+
     async def analyze(self) -> None:
         async with self.core.pool.connection() as conn:
             await conn.execute("VACUUM ANALYZE todos")
@@ -359,8 +383,9 @@ async def core_sql_worker(tenant: Tenant, conn: psycopg.AsyncConnection, deadlin
         row = await cur.fetchone()
         if row is None:
             return n, True
-        await conn.execute(complete_sql, {**scope, "token_hash": None, "id": row[0], "summary": None,
-                                          "summary_truncated": False, "artifact": None, "result": None})
+        cur = await conn.execute(complete_sql, {**scope, "token_hash": None, "id": row[0], "summary": None,
+                                                "summary_truncated": False, "artifact": None, "result": None})
+        await cur.fetchone()
         n += 1
     return n, False
 
@@ -373,7 +398,8 @@ async def bare_worker(tenant: Tenant, conn: psycopg.AsyncConnection, deadline: f
         row = await cur.fetchone()
         if row is None:
             return n, True
-        await conn.execute(BARE_COMPLETE, row)
+        cur = await conn.execute(BARE_COMPLETE, row)
+        await cur.fetchone()
         n += 1
     return n, False
 
@@ -544,6 +570,7 @@ async def main(args: argparse.Namespace) -> int:
             tp = await open_tenant(await dbs.create("tp"), pool_max=20)
             tenants.append(tp)
             await tp.load(args.backlog)
+            await tp.load_history(args.history)
             await tp.analyze()
             for _ in range(max(worker_counts)):
                 raw_conns.append(await psycopg.AsyncConnection.connect(tp.uri, autocommit=True))
@@ -562,6 +589,8 @@ async def main(args: argparse.Namespace) -> int:
             log(f"bulk-loading {args.big + used:,} pending todos")
             big_load_s = await big.load(args.big + used)
             log(f"  loaded in {big_load_s:.1f} s")
+            await small.load_history(args.history)
+            await big.load_history(args.history)
             await small.analyze()
             await big.analyze()
             lat = await claim_latency(small, big, rounds=args.latency_rounds, per_round=args.latency_samples,
@@ -680,6 +709,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, help="throughput rounds (default 5, quick 2)")
     p.add_argument("--seconds", type=float, help="seconds per measurement (default 4, quick 1.5)")
     p.add_argument("--backlog", type=int, default=30_000, help="pending todos kept for the throughput loops")
+    p.add_argument("--history", type=int, default=20_000,
+                   help="done todos with one attempt each, loaded into every database first (default 20,000)")
     p.add_argument("--small", type=int, default=1_000, help="small latency backlog (default 1,000)")
     p.add_argument("--big", type=int, help="big latency backlog (default 1,000,000, quick 100,000)")
     p.add_argument("--latency-rounds", type=int, help="alternating latency rounds (default 6, quick 2)")

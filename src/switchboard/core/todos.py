@@ -65,9 +65,15 @@ def _todo_id(value: Any) -> str:
 
 
 async def _one(core: Core, sql: str, params: dict) -> dict | None:
-    async with core.pool.connection() as conn:
+    # getconn/putconn rather than `async with pool.connection()`: the same hand-back (putconn
+    # discards a connection left mid-statement, e.g. on cancellation) without the context-manager
+    # layers, about 8 us per statement on the 2-core bench machine (docs/benchmarks.md).
+    conn = await core.pool.getconn()
+    try:
         cur = await conn.execute(sql, params)
         return await cur.fetchone()
+    finally:
+        await core.pool.putconn(conn)
 
 
 async def _miss(core: Core, caller: Caller, todo_id: str, op: str, *, queue_forbidden: bool = True) -> CoreError:
