@@ -10,8 +10,17 @@ in the same run, interleaved in rounds so that noise on the shared machine hits 
                (separates the cost of the Python path from the cost of the SQL)
   bare         one minimal claim CTE (writing the attempt row) + one complete statement, raw psycopg
 
-Latency: `todos.claim_next` p50/p99 with 1,000 and with 1,000,000 pending todos, each backlog in its
-own database, alternating between the two.
+Each measurement also records the CPU time per cycle of this Python process and of the embedded
+PostgreSQL (from /proc), which other people's load on a shared machine moves much less than the
+rates do.
+
+Latency: `todos.claim_next` p50/p99 with 1,000 and with 1,000,000 pending todos (bulk-loaded with
+INSERT ... SELECT generate_series), each backlog in its own database, alternating between the two;
+then the generic plan of the prepared claim statement at the big backlog (index scans only?).
+
+Every database first gets 20,000 done todos with one completed attempt each, as a system in service
+has: on an empty attempts table the prepared claim statement would be planned with sequential scans
+of todo_attempts and keep that plan while the table grows.
 
 Runs on a fresh embedded PostgreSQL in a temporary directory, or on the server of
 SWITCHBOARD_DATABASE_URL (its own databases are created there and dropped afterwards).
@@ -28,6 +37,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -534,6 +544,21 @@ async def explain_claim(tenant: Tenant, statement: str = "claim_next_one") -> st
     return plan
 
 
+async def generic_plan(tenant: Tenant, statement: str = "claim_next_one") -> str:
+    """EXPLAIN (GENERIC_PLAN) of a core statement: the plan its prepared statement runs with."""
+    names: list[str] = []
+
+    def placeholder(m: re.Match) -> str:
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)s", placeholder, getattr(Q.todos, statement))
+    async with await psycopg.AsyncConnection.connect(tenant.uri, autocommit=True) as conn:
+        cur = await conn.execute("EXPLAIN (GENERIC_PLAN, COSTS OFF) " + text, prepare=False)
+        return "\n".join(r[0] for r in await cur.fetchall())
+
+
 # --------------------------------------------------------------------------------------- report
 
 
@@ -596,6 +621,7 @@ async def main(args: argparse.Namespace) -> int:
             lat = await claim_latency(small, big, rounds=args.latency_rounds, per_round=args.latency_samples,
                                       log=log)
             plan_big = await explain_claim(big)
+            generic_big = await generic_plan(big)
         finally:
             for c in raw_conns:
                 await c.close()
@@ -657,8 +683,13 @@ async def main(args: argparse.Namespace) -> int:
                f"{info['python']}, psycopg {info['psycopg']}, event loop {args.loop}")
     load_line = (f"load average (1 min): {load_start[0]:.2f} at start, {min(all_loads):.2f}-{max(all_loads):.2f}"
                  f" (median {statistics.median(all_loads):.2f}) during, {load_end[0]:.2f} at end")
-    plan_lines = [ln.strip() for ln in plan_big.splitlines()
-                  if "Scan" in ln or "Execution Time" in ln]
+    def scans(plan: str) -> list[str]:
+        return [ln.strip().removeprefix("-> ").strip() for ln in plan.splitlines()
+                if "Scan" in ln and "CTE Scan" not in ln and "Subquery Scan" not in ln]
+
+    generic_scans = scans(generic_big)
+    timings = [ln.strip() for ln in plan_big.splitlines() if ln.startswith(("Planning Time", "Execution Time"))]
+    seq = [ln for ln in generic_scans if "Seq Scan" in ln]
 
     out = "\n".join([
         f"Store benchmark, {started}, {'quick' if args.quick else 'full'} run, {total_s:.0f} s",
@@ -677,15 +708,17 @@ async def main(args: argparse.Namespace) -> int:
         f"p50 ratio {p50_ratio:.2f} (median of per-round p50 ratios {p50_ratio_paired:.2f});"
         f" big backlog bulk-loaded in {big_load_s:.1f} s",
         "",
-        "claim_next plan at the big backlog (scan nodes):",
-        *("  " + ln for ln in plan_lines),
+        f"claim_next_one at {args.big:,} pending, generic (prepared) plan: "
+        + ("index scans only" if not seq else "SEQUENTIAL SCANS: " + "; ".join(seq)),
+        *("  " + ln for ln in generic_scans),
+        "  EXPLAIN ANALYZE (custom plan, rolled back): " + ", ".join(timings),
         "",
         "targets:",
         *target_lines,
     ])
     print(out)
     if args.explain:
-        print("\nfull plan:\n" + plan_big)
+        print("\ngeneric plan:\n" + generic_big + "\n\nEXPLAIN ANALYZE:\n" + plan_big)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "started": started, "quick": args.quick, "seconds_total": total_s, "machine": info,
@@ -697,7 +730,7 @@ async def main(args: argparse.Namespace) -> int:
                            for k, v in lat["samples"].items()},
             "latency_backlogs": {"small": args.small, "big": args.big},
             "targets": [{"name": n, "value": v, "limit": lim, "op": op} for n, v, lim, op in targets],
-            "plan_big": plan_big,
+            "plan_big": plan_big, "generic_plan_big": generic_big,
         }, indent=2, default=str))
     return 0
 
