@@ -9,7 +9,7 @@ Variants (each changes one thing against `shipped`, the app exactly as `switchbo
   asyncio-h11  uvicorn on the asyncio loop and the h11 parser instead of uvloop and httptools
   no-cache     every request resolves its credential in the database
   no-logs      log level warning: no per-request and per-call lines
-  no-schema    no get_tool_input_schema: the 2026 era runs tools/list for each tools/call (stack.md P12)
+  no-schema    no get_tool_input_schema: the 2026 era runs tools/list for each tools/call
 
 With MCP_BENCH_CPROFILE=FILE the server runs under cProfile with a CPU-time clock (so time spent
 waiting for PostgreSQL or for the scheduler on a busy machine is not counted) and writes its stats

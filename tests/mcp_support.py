@@ -1,5 +1,6 @@
 """Helpers for the MCP and producer-API tests: vending through the core, the official SDK client over
-HTTP (httpx2 carries the bearer header, stack.md P3), and a raw JSON-RPC client for status codes."""
+HTTP (the SDK's transport takes an httpx2 client, which carries the bearer header), and a raw
+JSON-RPC client for status codes."""
 
 from __future__ import annotations
 

@@ -89,7 +89,8 @@ async def test_every_verb_outside_the_scope_is_forbidden_and_changes_nothing(cor
     b = await vend(core, "bob", verbs=["claim_next"])
     async with sdk(server.url, b) as c:
         for verb in ("list_todos", "get_todo"):
-            assert error_of(await c.call_tool(verb, {"id": "td_x"} if verb == "get_todo" else {}))["code"] == "forbidden"
+            args = {"id": "td_x"} if verb == "get_todo" else {}
+            assert error_of(await c.call_tool(verb, args))["code"] == "forbidden"
 
 
 async def test_unknown_tool_is_a_protocol_error(core, server):

@@ -1,12 +1,13 @@
 """The agent surface: Streamable HTTP MCP at `/mcp/<slug>` on the official SDK's low-level `Server`
-and `StreamableHTTPSessionManager`, routed inside our Starlette app (stack.md §1, §10).
+and `StreamableHTTPSessionManager`, routed inside our Starlette app; the manager's `run()` is entered in
+the app's lifespan (a mounted sub-app's lifespan would not run).
 
 - Both protocol eras: the 2025-11-25 handshake with `Mcp-Session-Id` and a GET notification stream
   (the session id is recorded on attempts as `claimer_session`), and the 2026-07-28 per-request era
   (no session, `claimer_session` null).
 - POST answers are JSON, not SSE: the cheaper path for request/response calls (the GET stream stays
-  SSE, so pushes still work). The SDK's OpenTelemetry middleware is dropped (P20): one middleware of
-  ours remains, and it only looks at the handshake.
+  SSE, so pushes still work). The SDK's OpenTelemetry middleware (on by default, a no-op without an
+  exporter) is dropped: one middleware of ours remains, and it only looks at the handshake.
 - Live session-era sessions go into a `SessionRegistry` (`ctx.shared["sessions"]`) for the doorbell;
   resources (`switchboard://queues/<queue>` plus whatever `ctx.shared["resource_providers"]` offer)
   are served with subscribe support.
@@ -52,9 +53,9 @@ CHANNEL_CAPABILITY = "claude/channel"
 def connection_of(session: Any) -> Any:
     """The SDK `Connection` behind a `ServerSession`.
 
-    The SDK has no public accessor (stack.md P8), so this is the one place that reads the private
-    attribute; mcp is pinned to 2.3.* in pyproject.toml. The connection gives the authoritative
-    session id (None in the 2026 era) and the exit stack unwound when the session ends.
+    The SDK has no public accessor and no session-closed hook, so this is the one place that reads
+    the private attribute; mcp is pinned to 2.3.* in pyproject.toml. The connection gives the
+    authoritative session id (None in the 2026 era) and the exit stack unwound when the session ends.
     """
     return session._connection  # noqa: SLF001
 
@@ -120,7 +121,7 @@ class McpSurface:
             on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe, on_unsubscribe_resource=self._unsubscribe,
         )
-        self.server.middleware = [self._handshake]  # replaces the default OpenTelemetry middleware (P20)
+        self.server.middleware = [self._handshake]  # replaces the default OpenTelemetry middleware
         self.server.add_request_handler("server/discover", types.RequestParams, self._discover)
         hostnames = sorted(allowed_hostnames(self.settings))
         bracket = [f"[{h}]" if ":" in h else h for h in hostnames]

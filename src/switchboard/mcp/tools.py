@@ -180,7 +180,8 @@ assert tuple(TOOLS) == VERBS, "every verb has exactly one tool, in the order of 
 
 
 def input_schema_of(name: str) -> dict | None:
-    """For the SDK's Mcp-Param header check in the 2026 era (stack.md P12): no tools/list per call."""
+    """For the SDK's Mcp-Param header check in the 2026 era: without it, every tools/call with arguments
+    would run the tools/list handler to find the schema."""
     tool = TOOLS.get(name)
     return tool.input_schema if tool else None
 
