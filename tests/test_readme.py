@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 from conftest import ROOT
 
@@ -16,7 +19,17 @@ def _block_after(heading: str) -> str:
     return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
 
 
-def test_readme_cli_tour_runs_as_written(tmp_path):
+def test_readme_cli_tour_runs_as_written():
+    # Outside pytest's temp root: pytest resets that to mode 0700, which locks out the database's
+    # own system user when the suite runs as root.
+    tmp_path = Path(tempfile.mkdtemp(prefix="sb-readme-"))
+    try:
+        _tour(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _tour(tmp_path: Path) -> None:
     script = _block_after("## A tour from the command line")
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}

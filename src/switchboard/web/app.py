@@ -31,7 +31,6 @@ log = logging.getLogger("switchboard.web")
 
 # Surface components, in start order. Missing modules are skipped (a feature not built yet).
 COMPONENTS = (
-    "switchboard.web.security",
     "switchboard.web.metrics",
     "switchboard.web.hooks",
     "switchboard.mcp.server",
@@ -39,6 +38,7 @@ COMPONENTS = (
     "switchboard.mcp.a2ui",
     "switchboard.web.api",
     "switchboard.web.board",
+    "switchboard.web.security",  # last: its wrap is outermost, so every response gets the headers
 )
 
 

@@ -34,5 +34,6 @@ def serve(settings: Settings) -> None:
 
     app = create_app(settings, on_ready=ready)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-                            lifespan="on", proxy_headers=False, server_header=False)
+                            lifespan="on", proxy_headers=False, server_header=False,
+                            timeout_graceful_shutdown=5)
     uvicorn.Server(config).run()
