@@ -56,6 +56,7 @@ RETRY_DELAYS: tuple[float, ...] = (1, 5, 30, 120, 600, 1800, 3600)  # after atte
 PER_HOOK = 4
 GLOBAL = 16
 LEASE_SECONDS = 60.0
+MIN_PUMP_INTERVAL = 0.05  # seconds between two outbox scans
 POLL_SECONDS = 1.0
 CONNECT_TIMEOUT = 5.0
 ATTEMPT_TIMEOUT = 10.0
@@ -168,7 +169,14 @@ class HookSender:
     # ------------------------------------------------------------------------------------ loop
 
     async def _run(self) -> None:
+        last_pump = 0.0
         while True:
+            # Wake-ups come with every transition; coalesce them so a busy queue costs the outbox
+            # at most a few queries per second, not two per transition.
+            pause = last_pump + MIN_PUMP_INTERVAL - time.monotonic()
+            if pause > 0:
+                await asyncio.sleep(pause)
+            last_pump = time.monotonic()
             try:
                 await self.pump()
                 now = time.monotonic()
