@@ -230,7 +230,10 @@ async def test_a_push_from_outside_any_request_reaches_the_get_stream(core, serv
     got = asyncio.Event()
     uris: list[str] = []
     server_loop: list = []
-    registry.on_added.append(lambda live: server_loop.append(asyncio.get_running_loop()))
+    def remember_loop(live) -> None:
+        server_loop.append(asyncio.get_running_loop())
+
+    registry.on_added.append(remember_loop)
 
     async def on_message(message) -> None:
         if isinstance(message, types.ResourceUpdatedNotification):
@@ -251,7 +254,7 @@ async def test_a_push_from_outside_any_request_reaches_the_get_stream(core, serv
                 except asyncio.TimeoutError:
                     pass
     finally:
-        registry.on_added.clear()
+        registry.on_added.remove(remember_loop)  # keep the doorbell's own callback
     assert uris and uris[0] == "switchboard://queues/inbox"
 
 

@@ -288,6 +288,8 @@ def _script(tmp_path, body: str) -> list[str]:
 
 
 async def test_a_worker_gets_its_environment_and_no_credentials(tmp_path, monkeypatch):
+    for name in [k for k in os.environ if k.startswith("SWITCHBOARD_")]:
+        monkeypatch.delenv(name)  # the suite's own settings (a test database URL, say) are not the worker's
     monkeypatch.setenv("SWITCHBOARD_API_TOKEN", "sbh_secret_token_value")
     monkeypatch.setenv("SWITCHBOARD_CREDENTIAL", "sbk_secret_credential")
     monkeypatch.setenv("INNOCENT", "contains sbk_secret_credential inside")
