@@ -13,6 +13,15 @@
 -- The lease holder: an agent holds what it claimed; the owning human may act on any lease.
 (%(human_id)s::uuid IS NOT NULL OR todos.owner = %(owner)s)
 
+-- name: held
+-- The first CTE of every holder's lease statement: the caller's claimed todo, locked. Later CTEs key
+-- the open attempt to `t.attempts_total` (docs/decisions.md D1).
+WITH t AS (
+    SELECT todos.id, todos.attempts_total, todos.attempt, todos.max_attempts FROM todos
+     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
+       FOR UPDATE
+)
+
 -- name: fence
 -- SPEC-0034 REQ-6 on the open attempt `a`: humans are exempt; otherwise the presented token's hash
 -- must equal the stored one (both null when neither side fenced).

@@ -61,11 +61,7 @@ WITH cand AS (
 {{claim_tail}}
 
 -- name: heartbeat
-WITH t AS (
-    SELECT todos.id, todos.attempts_total FROM todos
-     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
-       FOR UPDATE
-), a AS (
+{{held}}, a AS (
     UPDATE todo_attempts a
        SET last_heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(ttl)s)
       FROM t
@@ -79,11 +75,7 @@ UPDATE todos x
 RETURNING x.*
 
 -- name: complete
-WITH t AS (
-    SELECT todos.id, todos.attempts_total FROM todos
-     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
-       FOR UPDATE
-), a AS (
+{{held}}, a AS (
     UPDATE todo_attempts a
        SET ended_at = now(), outcome = 'completed', disposition = 'done',
            summary = %(summary)s, summary_truncated = %(summary_truncated)s, artifact = %(artifact)s
@@ -101,11 +93,7 @@ WITH t AS (
 SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
 
 -- name: fail
-WITH t AS (
-    SELECT todos.id, todos.attempts_total, todos.attempt, todos.max_attempts FROM todos
-     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
-       FOR UPDATE
-), a AS (
+{{held}}, a AS (
     UPDATE todo_attempts a
        SET ended_at = now(), outcome = 'failed',
            disposition = CASE WHEN %(retry)s AND t.attempt < t.max_attempts
@@ -128,11 +116,7 @@ WITH t AS (
 SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
 
 -- name: release
-WITH t AS (
-    SELECT todos.id, todos.attempts_total FROM todos
-     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
-       FOR UPDATE
-), a AS (
+{{held}}, a AS (
     UPDATE todo_attempts a
        SET ended_at = now(), outcome = 'released', disposition = 'requeued',
            summary = %(summary)s, summary_truncated = %(summary_truncated)s, artifact = %(artifact)s
@@ -150,11 +134,7 @@ SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
 
 -- name: request_input
 -- The holder parks the todo for a human's answer; the attempt stays open and the lease clock stops.
-WITH t AS (
-    SELECT todos.id, todos.attempts_total FROM todos
-     WHERE todos.id = %(id)s AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
-       FOR UPDATE
-), a AS (
+{{held}}, a AS (
     SELECT a.todo_id FROM todo_attempts a JOIN t ON a.todo_id = t.id
      WHERE a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence}}
 )
