@@ -33,15 +33,12 @@ import contextlib
 import json
 import os
 import platform
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
-import warnings
 from pathlib import Path
 
 import httpx
@@ -58,6 +55,8 @@ from switchboard.core.models import Core
 from switchboard.db import migrate
 from switchboard.db.pool import open_pool
 from switchboard.web.metrics import Metrics
+
+import store_bench  # same folder: its PostgreSQL server helper
 
 QUEUE = "bench"
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,23 +93,9 @@ def machine() -> dict:
 
 @contextlib.contextmanager
 def postgres_server():
-    url = os.environ.get("SWITCHBOARD_DATABASE_URL")
-    if url:
-        yield url
-        return
-    from switchboard.db import embedded
-
-    tmp = Path(tempfile.mkdtemp(prefix="switchboard-events-bench-"))
-    server = None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            server = embedded.start(tmp)
-        yield server.uri
-    finally:
-        if server is not None:
-            server.release()
-        shutil.rmtree(tmp, ignore_errors=True)
+    """The store benchmark's server: SWITCHBOARD_DATABASE_URL, else a fresh embedded one."""
+    with store_bench.postgres_server() as (uri, _how, _pgdata):
+        yield uri
 
 
 async def fresh_database(server_uri: str) -> tuple[str, str]:

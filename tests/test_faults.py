@@ -112,3 +112,20 @@ async def test_killed_worker_is_reaped_and_recorded_as_died(core, pg_uri):
     dead = nxt.prior_attempts[0]
     assert dead["outcome"] == "reaped" and dead["died"] is True and dead["claimant"] == "doomed"
     assert dead["last_heartbeat_at"] is not None and dead["summary"] is None
+
+
+def test_healthz_reports_an_unreachable_database(pg_server):
+    """/healthz answers 503 once the database is gone, and 200 while it is there."""
+    from conftest import make_settings, start_thread_server
+
+    uri = create_database(pg_server)
+    srv = start_thread_server(make_settings(uri))
+    try:
+        assert httpx.get(srv.url + "/healthz").status_code == 200
+        name = psycopg.conninfo.conninfo_to_dict(uri)["dbname"]
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        r = httpx.get(srv.url + "/healthz", timeout=10)
+        assert r.status_code == 503 and r.json() == {"status": "degraded", "database": "unreachable"}
+    finally:
+        srv.stop()

@@ -184,13 +184,10 @@ async def remove(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = No
     belong to that endpoint."""
     hid = _hook_id(hook_id)
     if slug is not None:
-        endpoint = await get_for_human(core, human, slug)
-        async with core.pool.connection() as conn:
-            cur = await conn.execute(Q.hooks.for_endpoint, {"endpoint_id": endpoint["id"]})
-            if hid not in {r["id"] for r in await cur.fetchall()}:
-                raise NotFound("notify hook not found", argument="hook_id")
+        await get_for_human(core, human, slug)  # a foreign or unknown slug is the endpoint's not_found
     async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.hooks.remove_for_human, {"id": hid, "human_id": human.human_id})
+        cur = await conn.execute(Q.hooks.remove_for_human,
+                                 {"id": hid, "human_id": human.human_id, "slug": slug})
         row = await cur.fetchone()
     if row is None:
         raise NotFound("notify hook not found", argument="hook_id")

@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from ..config import Settings
-from ..core import sweeps
+from ..core import health, sweeps
 from ..core.models import Core
 from ..db.database import Database
 from ..db.pool import open_pool
@@ -76,12 +76,9 @@ def _load_components(ctx: AppContext, names: tuple[str, ...]) -> list[Component]
 
 async def healthz(request: Request) -> JSONResponse:
     ctx: AppContext = request.app.state.ctx
-    try:
-        async with ctx.core.pool.connection(timeout=2) as conn:  # type: ignore[union-attr]
-            await conn.execute("SELECT 1")
+    if await health.database_reachable(ctx.core):  # type: ignore[arg-type]
         return JSONResponse({"status": "ok", "database": "ok"})
-    except Exception:
-        return JSONResponse({"status": "degraded", "database": "unreachable"}, status_code=503)
+    return JSONResponse({"status": "degraded", "database": "unreachable"}, status_code=503)
 
 
 def create_app(settings: Settings, *, components: tuple[str, ...] = COMPONENTS,

@@ -16,10 +16,12 @@ RETURNING *
 SELECT * FROM notify_hooks WHERE endpoint_id = %(endpoint_id)s ORDER BY created_at, id
 
 -- name: remove_for_human
--- Only a hook of one of the human's endpoints; anything else matches nothing (not_found).
+-- Only a hook of one of the human's endpoints (and of the named endpoint when a slug is given);
+-- anything else matches nothing (not_found).
 DELETE FROM notify_hooks h
  USING endpoints e, agents g
  WHERE h.id = %(id)s AND e.id = h.endpoint_id AND g.id = e.agent_id AND g.human_id = %(human_id)s
+   AND (%(slug)s::text IS NULL OR e.slug = %(slug)s::text)
 RETURNING h.*
 
 -- name: deliveries_for_human

@@ -161,8 +161,12 @@ async def vend_form(board: Board, request: Request, who) -> Response:  # noqa: A
     q = request.query_params
     values = _values(q) if q.get("agent") is not None else {
         "agent": "", "queues": "inbox", "verbs": list(DEFAULT_VERBS), "lease_ttl": ""}
-    return board.page(request, who, "vend.html", title="Vend an endpoint", active="endpoints", v=values,
-                      errors={}, verb_help=VERB_HELP, verbs=VERBS)
+    return _vend_page(board, request, who, values, {})
+
+
+def _vend_page(board: Board, request: Request, who, values: dict, errors: dict, status: int = 200) -> Response:  # noqa: ANN001
+    return board.page(request, who, "vend.html", status=status, title="Vend an endpoint", active="endpoints",
+                      v=values, errors=errors, verb_help=VERB_HELP, verbs=VERBS)
 
 
 @human_post
@@ -170,8 +174,7 @@ async def vend_review(board: Board, request: Request, who, form) -> Response:  #
     values = _values(form)
     clean, errors = _validate(values)
     if errors:
-        return board.page(request, who, "vend.html", status=422, title="Vend an endpoint", active="endpoints",
-                          v=values, errors=errors, verb_help=VERB_HELP, verbs=VERBS)
+        return _vend_page(board, request, who, values, errors, status=422)
     back = "/endpoints/vend?" + urlencode({"agent": values["agent"], "queues": values["queues"],
                                            "lease_ttl": values["lease_ttl"]}) + "".join(
         "&" + urlencode({"verbs": v}) for v in clean["verbs"])
@@ -184,8 +187,7 @@ async def vend_submit(board: Board, request: Request, who, form) -> Response:  #
     values = _values(form)
     clean, errors = _validate(values)
     if errors:
-        return board.page(request, who, "vend.html", status=422, title="Vend an endpoint", active="endpoints",
-                          v=values, errors=errors, verb_help=VERB_HELP, verbs=VERBS)
+        return _vend_page(board, request, who, values, errors, status=422)
     endpoint, credential = await endpoints.vend(board.core, who[0], agent=clean["agent"], queues=clean["queues"],
                                                 verbs=clean["verbs"], lease_ttl=clean["lease_ttl"])
     key = _tickets(board).put(who[0].human_id, endpoint, credential)

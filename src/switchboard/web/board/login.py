@@ -67,14 +67,10 @@ async def login_form(request: Request) -> Response:
 
 async def login_submit(request: Request) -> Response:
     board = _board(request)
-    try:
-        form = await board.form(request, AUTH_BODY_CAP)
-    except BodyTooLarge:
-        return HTMLResponse("request body too large", status_code=413, headers=NO_STORE)
-    next_path = safe_next(form.get("next"))
-    if not board.sessions.login_token_ok(request.cookies.get(LOGIN_COOKIE), _str(form.get("login_token"))):
-        return _login_page(board, request, next_path=next_path, status=403,
-                           error="The sign-in form had expired or was not sent from this site. Please try again.")
+    checked = await _sign_in_form(board, request)
+    if isinstance(checked, Response):
+        return checked
+    form, next_path = checked
     name = _str(form.get("name")).strip()
     password = _str(form.get("password"))
     if not name or not password:
@@ -113,14 +109,10 @@ async def dev_login(request: Request) -> Response:
         return HTMLResponse("Not Found", status_code=404, headers=NO_STORE)
     if request.method != "POST":
         return RedirectResponse("/login", status_code=303, headers=NO_STORE)
-    try:
-        form = await board.form(request, AUTH_BODY_CAP)
-    except BodyTooLarge:
-        return HTMLResponse("request body too large", status_code=413, headers=NO_STORE)
-    next_path = safe_next(form.get("next"))
-    if not board.sessions.login_token_ok(request.cookies.get(LOGIN_COOKIE), _str(form.get("login_token"))):
-        return _login_page(board, request, next_path=next_path, status=403,
-                           error="The sign-in form had expired or was not sent from this site. Please try again.")
+    checked = await _sign_in_form(board, request)
+    if isinstance(checked, Response):
+        return checked
+    _, next_path = checked
     log.warning("DEV LOGIN used: no password checked (SWITCHBOARD_DEV_LOGIN=1; never enable this in production)",
                 extra={"reason": "dev_login", "client": _client(request)})
     try:
@@ -131,6 +123,20 @@ async def dev_login(request: Request) -> Response:
         except Conflict:
             human = await humans.by_name(board.core, DEV_HUMAN)
     return _signed_in_response(board, human.human_id, next_path)
+
+
+async def _sign_in_form(board, request: Request):  # noqa: ANN001, ANN202
+    """The posted sign-in form and its local `next`, or the response refusing it (too large, or a
+    login token that is missing, expired or from another site)."""
+    try:
+        form = await board.form(request, AUTH_BODY_CAP)
+    except BodyTooLarge:
+        return HTMLResponse("request body too large", status_code=413, headers=NO_STORE)
+    next_path = safe_next(form.get("next"))
+    if not board.sessions.login_token_ok(request.cookies.get(LOGIN_COOKIE), _str(form.get("login_token"))):
+        return _login_page(board, request, next_path=next_path, status=403,
+                           error="The sign-in form had expired or was not sent from this site. Please try again.")
+    return form, next_path
 
 
 def _str(value) -> str:  # noqa: ANN001

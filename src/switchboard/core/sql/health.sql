@@ -1,0 +1,4 @@
+-- Liveness of the database for /healthz.
+
+-- name: ping
+SELECT 1 AS ok
