@@ -35,37 +35,79 @@ def new_secret() -> str:
 
 # ------------------------------------------------------------------------------- target checks
 
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix: the last 32 bits are IPv4
+
+
+def embedded_addresses(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> tuple[str, list]:
+    """The IPv4 addresses an IPv6 address carries, with the form's name: IPv4-mapped, 6to4, Teredo
+    (its server and its client) or NAT64. ("", []) for any other address."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return "", []
+    if ip.ipv4_mapped is not None:
+        return "IPv4-mapped", [ip.ipv4_mapped]
+    if ip.sixtofour is not None:
+        return "6to4", [ip.sixtofour]
+    if ip.teredo is not None:
+        return "Teredo", list(ip.teredo)
+    if ip in NAT64:
+        return "NAT64", [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
+    return "", []
+
+
+def _class_refusal(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why one address (taken as it is) is not a globally routable unicast address."""
+    if ip.is_loopback:
+        return "loopback address"
+    if ip.is_link_local:
+        return "link-local address"
+    if ip.is_multicast or ip.is_unspecified:
+        return "non-unicast address"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local:
+        return "site-local address"
+    if ip.is_private:
+        return "private address"
+    if ip.is_reserved or not ip.is_global:
+        return "non-global address"
+    return None
+
+
 def address_refusal(address: str) -> str | None:
     """Why an IP address may not receive hooks (None when it may): anything not globally routable.
 
-    Loopback, private (RFC 1918, unique-local), link-local, CGNAT, unspecified, multicast and
-    reserved ranges are refused; an IPv4-mapped IPv6 address is judged as its IPv4 address.
+    The test is the standard library's `is_global` (with loopback, link-local, site-local, multicast
+    and reserved named in the reason), not a list of ranges kept here. An IPv6 address that carries an
+    IPv4 address is unwrapped first: IPv4-mapped and NAT64 addresses are judged as the IPv4 address
+    they translate to; 6to4 and Teredo addresses must carry global IPv4 addresses and be global
+    themselves (a relay would deliver to the embedded address).
     """
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return "not an IP address"
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip.is_loopback:
-        return "loopback address"
-    if ip.is_link_local:
-        return "link-local address"
-    if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
-        return "non-unicast address"
-    if ip.is_private or not ip.is_global:
-        return "private address"
-    return None
+    form, inner = embedded_addresses(ip)
+    for embedded in inner:
+        if why := address_refusal(str(embedded)):
+            return f"{form} address embedding a {why}"
+    if form in ("IPv4-mapped", "NAT64"):
+        return None  # a translation of the IPv4 address just judged
+    return _class_refusal(ip)
+
+
+def control_characters(text: str) -> bool:
+    """Whether `text` holds a C0 control (CR and LF included), DEL or a C1 control."""
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
 
 
 def check_url(url: Any, *, allow_private: bool) -> str:
-    """Validate a hook target. https only, no credentials in the URL, at most 2048 bytes; an IP
-    literal must be public. Host names are resolved and checked again before every attempt.
+    """Validate a hook target. https only, no control characters, no credentials in the URL, at most
+    2048 bytes; an IP literal must be globally routable (`address_refusal`). Host names are resolved and checked again before every attempt.
 
     `allow_private` (SWITCHBOARD_HOOKS_ALLOW_PRIVATE, tests only) also admits plain http.
     """
     if not isinstance(url, str) or not url.strip():
         raise Invalid("url is required", argument="url")
+    if control_characters(url):
+        raise Invalid("url must not contain control characters (such as CR or LF)", argument="url")
     url = url.strip()
     if len(url.encode("utf-8")) > URL_MAX_BYTES:
         raise Invalid(f"url must be at most {URL_MAX_BYTES} bytes", argument="url")

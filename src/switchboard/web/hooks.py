@@ -7,8 +7,9 @@ attempt recorded (`core.hooks.record_attempt`).
 - Signed with Standard Webhooks headers (`webhook-id` = the row's message id, the same on every
   attempt; `webhook-timestamp`; `webhook-signature`) by the `standardwebhooks` package.
 - Body: the row's JSON, at most 4 KiB (a long final summary is cut further to fit), never a payload.
-- Targets: https only; the host is resolved before every attempt and every address must be public
-  (no loopback, private, link-local, CGNAT, multicast); the request goes to the checked address with
+- Targets: https only; the host is resolved before every attempt and every address must be globally
+  routable (`core.hooks.address_refusal`: the standard library's `is_global`, after unwrapping the
+  IPv4 address inside IPv4-mapped, 6to4, Teredo and NAT64 forms); the request goes to the checked address with
   TLS verifying the host name, so a second lookup cannot redirect it. Redirects are not followed.
   `SWITCHBOARD_HOOKS_ALLOW_PRIVATE=1` (tests only) lifts the address check and admits plain http.
 - Retried with backoff (about 1 s, 5 s, 30 s, 2 min, 10 min, 30 min, 1 h; 8 attempts) on network
@@ -48,7 +49,9 @@ from ..core.inputs import cut_utf8
 from ..core.models import HumanCaller
 from .api import _body as read_body
 from .api import _route as human_route
-from .app import AppContext, Component
+from ..db.listen import ReadyListener
+from ..runtime import Component, Runtime
+from .metrics import Metrics
 
 log = logging.getLogger("switchboard.hooks")
 
@@ -111,10 +114,15 @@ def classify(status: int) -> tuple[str, bool]:
 
 
 class HookSender:
-    def __init__(self, ctx: AppContext) -> None:
-        self.ctx = ctx
+    def __init__(self, runtime: Runtime, *, listener: ReadyListener | None = None,
+                 metrics: Metrics | None = None) -> None:
+        """`listener`: the runtime's LISTEN connection (wake-ups from other processes start a scan);
+        `metrics`: where attempts and settled notifications are counted."""
+        self.runtime = runtime
+        self.listener = listener
+        self.metrics = metrics
         self.retry_delays: tuple[float, ...] = RETRY_DELAYS
-        self.allow_private = ctx.settings.hooks_allow_private
+        self.allow_private = runtime.settings.hooks_allow_private
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._jobs: set[asyncio.Task] = set()
@@ -123,7 +131,7 @@ class HookSender:
         self._client: httpx.AsyncClient | None = None
         self._unsubscribe = None
         self._next_prune = 0.0
-        ctx.shared["hook_sender"] = self
+        self._unlisten: Any = None
 
     @property
     def max_attempts(self) -> int:
@@ -136,15 +144,16 @@ class HookSender:
             follow_redirects=False, trust_env=False,
             timeout=httpx.Timeout(ATTEMPT_TIMEOUT, connect=CONNECT_TIMEOUT),
             limits=httpx.Limits(max_connections=GLOBAL, max_keepalive_connections=GLOBAL))
-        self._unsubscribe = self.ctx.core.bus.subscribe(self.on_event)
-        listener = self.ctx.shared.get("ready_listener")
-        if listener is not None:
-            listener.on_batch.append(self.on_wakeups)
+        self._unsubscribe = self.runtime.core.bus.subscribe(self.on_event)
+        if self.listener is not None:
+            self._unlisten = self.listener.subscribe(on_batch=self.on_wakeups)
         self._task = asyncio.create_task(self._run(), name="hook-sender")
 
     async def stop(self) -> None:
         if self._unsubscribe:
             self._unsubscribe()
+        if self._unlisten:
+            self._unlisten()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -182,14 +191,14 @@ class HookSender:
                 now = time.monotonic()
                 if now >= self._next_prune:
                     self._next_prune = now + PRUNE_EVERY_SECONDS
-                    await core_hooks.prune(self.ctx.core, days=KEEP_DAYS)
+                    await core_hooks.prune(self.runtime.core, days=KEEP_DAYS)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("hook sender pass failed; continuing")
             timeout = POLL_SECONDS
             with contextlib.suppress(Exception):
-                due = await core_hooks.next_due_in(self.ctx.core)
+                due = await core_hooks.next_due_in(self.runtime.core)
                 if due is not None:
                     timeout = min(POLL_SECONDS, max(0.01, due))
             with contextlib.suppress(asyncio.TimeoutError):
@@ -202,7 +211,7 @@ class HookSender:
         if free <= 0:
             return 0
         busy = [h for h, n in self._busy.items() if n > 0]
-        rows = await core_hooks.claim_due(self.ctx.core, limit=free, per_hook=PER_HOOK,
+        rows = await core_hooks.claim_due(self.runtime.core, limit=free, per_hook=PER_HOOK,
                                           lease_seconds=LEASE_SECONDS, busy=busy)
         for row in rows:
             self._busy[row["hook_id"]] = self._busy.get(row["hook_id"], 0) + 1
@@ -248,6 +257,8 @@ class HookSender:
         try:
             if parts.scheme != "https" and not (self.allow_private and parts.scheme == "http"):
                 raise Refused("target must use https")
+            if core_hooks.control_characters(row["url"]):  # stored before registration refused them
+                raise Refused("target URL holds control characters")
             host = parts.hostname or ""
             port = parts.port or (443 if parts.scheme == "https" else 80)
             address = await self._resolve(host, port)
@@ -304,16 +315,15 @@ class HookSender:
         else:
             state, retry_in = "failed", 0.0
         await core_hooks.record_attempt(
-            self.ctx.core, outbox_id=row["id"], attempt=attempt, started_at=started, duration_ms=duration_ms,
+            self.runtime.core, outbox_id=row["id"], attempt=attempt, started_at=started, duration_ms=duration_ms,
             status_code=status, result=result, error=error, state=state, retry_in=retry_in)
         log.info("notify hook attempt", extra={
             "target": str(row["hook_id"]), "delivery": row["message_id"], "event": row["event"],
             "status": status if status is not None else result, "outcome": state, "latency_ms": duration_ms})
-        metrics = self.ctx.shared.get("metrics")
-        if metrics is not None:
-            metrics.hook_attempt(result)
+        if self.metrics is not None:
+            self.metrics.hook_attempt(result)
             if state != "pending":
-                metrics.hook_notification(row["event"], state)
+                self.metrics.hook_notification(row["event"], state)
         return state
 
 
@@ -355,8 +365,7 @@ async def list_deliveries(request: Request, human: HumanCaller) -> Response:
     return JSONResponse({"deliveries": rows})
 
 
-def component(ctx: AppContext) -> Component:
-    sender = HookSender(ctx)
+def component(sender: HookSender) -> Component:
     base = "/api/v1/endpoints/{slug}/hooks"
     routes = [
         Route(base + "/deliveries", list_deliveries, methods=["GET"]),
