@@ -242,6 +242,7 @@ async def test_req5_a_file_url_as_artifact(core):
     ("http://example.com/x", False), ("https://", False), ("mcp://cairn/", False), ("mcp://cairn/a/b", False),
     ("mcp://cairn/" + "a" * 65, False), ("https://example.com/" + "a" * 500, False), ("javascript:alert(1)", False),
     ("/etc/passwd", False), ("https://exa mple.com/", False), ("https://example.com/\x07", False),
+    ("mcp://cairn/Zz9\n", False),  # the whole string must match: `$` would accept the newline
 ])
 async def test_req5_artifact_rules(core, artifact, ok):
     w = await make_world(core)

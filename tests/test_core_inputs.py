@@ -297,10 +297,15 @@ async def test_claimant_controls_removed_and_cut(core, w):
     assert (await attempt_rows(core, t["id"]))[0]["claimant"] is None
 
 
-async def test_question_is_cut_to_2048_bytes(core, w):
-    await todos.request_input(core, w.e1, w.t, question="€" * 2000)
+async def test_question_over_2048_bytes_is_refused_and_2048_fit(core, w):
+    """The core owns the question's limit (the MCP schema's maxLength states it): over 2048 bytes of
+    UTF-8 is refused naming the argument, exactly 2048 bytes is kept whole."""
+    with pytest.raises(Invalid) as err:
+        await todos.request_input(core, w.e1, w.t, question="€" * 683)  # 2049 bytes
+    assert err.value.argument == "question" and "2048 bytes" in err.value.message
+    await todos.request_input(core, w.e1, w.t, question="€" * 682 + "ab")  # 2048 bytes
     row = (await sql(core, "SELECT input_request FROM todos WHERE id = %s", (w.t,)))[0]
-    assert len(row["input_request"].encode()) <= 2048 and set(row["input_request"]) == {"€"}
+    assert row["input_request"] == "€" * 682 + "ab"
 
 
 async def test_large_but_allowed_json_round_trips(core, w):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from .models import Core
 from .queries import Q
+from .states import GAUGE_STATES
 
-GAUGE_STATES = ("pending", "claimed", "input-required", "retry_scheduled", "dead_letter")
+__all__ = ["GAUGE_STATES", "queue_states"]
 
 
 async def queue_states(core: Core) -> tuple[list[dict], list[str]]:

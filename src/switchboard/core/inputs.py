@@ -9,24 +9,42 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
 from .errors import Invalid
+from .states import TODO_STATES
 
-SUMMARY_MAX_BYTES = 2048
-ARTIFACT_MAX_BYTES = 512
-CLAIMANT_MAX_BYTES = 128
+# The limits, named once. The MCP input schemas are generated from these (mcp/schemas.py), the
+# surfaces' help texts quote them, and every check below applies them.
+SUMMARY_MAX_BYTES = 2048        # longer summaries are cut at a character boundary
+ARTIFACT_MAX_BYTES = 512        # longer artifacts are refused
+CLAIMANT_MAX_BYTES = 128        # longer claimant labels are cut
 TITLE_MAX_CHARS = 512
-PAYLOAD_MAX_BYTES = 256 * 1024
-RESULT_MAX_BYTES = 64 * 1024
-QUESTION_MAX_BYTES = 2048
-LEASE_MAX_SECONDS = 86400
+PAYLOAD_MAX_BYTES = 256 * 1024  # of compact JSON
+RESULT_MAX_BYTES = 64 * 1024    # of compact JSON
+QUESTION_MAX_BYTES = 2048       # longer questions are refused
+LEASE_MAX_SECONDS = 86400       # longer leases are cut to this
 KEY_MAX_CHARS = 200
 ASSIGNEE_MAX_CHARS = 200
+KIND_MAX_CHARS = 64
+ID_MAX_CHARS = 64               # todo ids and endpoint slugs
+QUEUE_MAX_CHARS = 64
+LEASE_TOKEN_MAX_CHARS = 256
+MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX = 1, 100
+LIST_LIMIT_DEFAULT = 50         # rows of a list, on every surface
+LIST_LIMIT_MAX = 200            # an endpoint's list_todos; other values mean the default
+OWNER_LIST_LIMIT_MAX = 500      # the owner's lists (API, CLI, Board); larger values are cut to this
+OFFSET_MAX = 2**31 - 1
+ATTEMPTS_LIMIT_DEFAULT = 20     # attempts in an endpoint's get_todo
+ATTEMPTS_LIMIT_MAX = 50
 
-_CAIRN = re.compile(r"^mcp://cairn/[A-Za-z0-9_-]{1,64}$")
-_QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+# A JSON value as the core stores it (payload, result, input).
+JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
+
+# Matched with fullmatch: `$` would also accept a trailing newline.
+_CAIRN = re.compile(r"mcp://cairn/[A-Za-z0-9_-]{1,64}")
+_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,%d}" % (QUEUE_MAX_CHARS - 1))
 _CONTROL = {"Cc", "Cf", "Cs", "Co", "Cn"}
 # C0 controls and DEL, except tab, newline and carriage return: never part of a title, key or label.
 _BAD_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -77,7 +95,7 @@ def artifact(value: Any) -> str | None:
         raise Invalid("artifact must be valid UTF-8", argument="artifact") from None
     if size > ARTIFACT_MAX_BYTES:
         raise Invalid(f"artifact must be at most {ARTIFACT_MAX_BYTES} bytes", argument="artifact")
-    if _CAIRN.match(value):
+    if _CAIRN.fullmatch(value):
         return value
     if any(unicodedata.category(ch) in _CONTROL or ch.isspace() for ch in value):
         raise Invalid("artifact must be an https URL or an mcp://cairn/ reference", argument="artifact")
@@ -147,7 +165,7 @@ def text(value: Any, argument: str, *, max_chars: int, required: bool = False) -
     return value
 
 
-def identifier(value: Any, argument: str, *, max_chars: int = 64) -> str:
+def identifier(value: Any, argument: str, *, max_chars: int = ID_MAX_CHARS) -> str:
     """An id or slug: a non-empty string without whitespace, control characters or lone surrogates."""
     if not isinstance(value, str) or not value or len(value) > max_chars or _IDENT_BAD.search(value):
         raise Invalid(f"{argument} must be an identifier of 1-{max_chars} printable characters",
@@ -155,7 +173,7 @@ def identifier(value: Any, argument: str, *, max_chars: int = 64) -> str:
     return value
 
 
-def is_identifier(value: Any, *, max_chars: int = 64) -> bool:
+def is_identifier(value: Any, *, max_chars: int = ID_MAX_CHARS) -> bool:
     return isinstance(value, str) and 0 < len(value) <= max_chars and not _IDENT_BAD.search(value)
 
 
@@ -166,7 +184,7 @@ def string_list(value: Any, argument: str) -> list:
     return list(value)
 
 
-def state(value: Any, states: tuple[str, ...], argument: str = "state") -> str | None:
+def state(value: Any, states: tuple[str, ...] = TODO_STATES, argument: str = "state") -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str) or value not in states:
@@ -184,8 +202,8 @@ def count(value: Any, argument: str, *, default: int, low: int, high: int) -> in
 
 
 def queue(value: Any, argument: str = "queue") -> str:
-    if not isinstance(value, str) or not _QUEUE.match(value):
-        raise Invalid(f"{argument} must be 1-64 letters, digits or _.:- starting with a letter or digit",
+    if not isinstance(value, str) or not _QUEUE.fullmatch(value):
+        raise Invalid(f"{argument} must be 1-{QUEUE_MAX_CHARS} letters, digits or _.:- starting with a letter or digit",
                       argument=argument)
     return value
 
@@ -193,14 +211,65 @@ def queue(value: Any, argument: str = "queue") -> str:
 def max_attempts(value: Any, default: int) -> int:
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
-        raise Invalid("max_attempts must be an integer from 1 to 100", argument="max_attempts")
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not MAX_ATTEMPTS_MIN <= value <= MAX_ATTEMPTS_MAX):
+        raise Invalid(f"max_attempts must be an integer from {MAX_ATTEMPTS_MIN} to {MAX_ATTEMPTS_MAX}",
+                      argument="max_attempts")
     return value
 
 
 def lease_token(value: Any) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > 256:
-        raise Invalid("lease_token must be a string", argument="lease_token")
+    if not isinstance(value, str) or len(value) > LEASE_TOKEN_MAX_CHARS:
+        raise Invalid(f"lease_token must be a string of at most {LEASE_TOKEN_MAX_CHARS} characters",
+                      argument="lease_token")
     return value
+
+
+def todo_id(value: Any) -> str:
+    """Syntax only (no NUL, control characters or lone surrogates, which PostgreSQL cannot take as
+    text), so the answer says nothing about which todos exist."""
+    if not is_identifier(value, max_chars=ID_MAX_CHARS):
+        raise Invalid("id must be a todo id string", argument="id")
+    return value
+
+
+def boolean(value: Any, argument: str, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise Invalid(f"{argument} must be a boolean", argument=argument)
+    return value
+
+
+def integer(value: Any, argument: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Invalid(f"{argument} must be an integer", argument=argument)
+    return value
+
+
+def question(value: Any) -> str | None:
+    """The holder's question: text of at most QUESTION_MAX_BYTES bytes of UTF-8; longer is refused."""
+    q = text(value, "question", max_chars=QUESTION_MAX_BYTES)
+    if q is not None and len(q.encode("utf-8")) > QUESTION_MAX_BYTES:
+        raise Invalid(f"question must be at most {QUESTION_MAX_BYTES} bytes", argument="question")
+    return q
+
+
+def list_limit(value: Any) -> int:
+    """An endpoint's list_todos limit: 1 to LIST_LIMIT_MAX, anything else (or none) the default."""
+    n = integer(value, "limit")
+    return n if n is not None and 0 < n <= LIST_LIMIT_MAX else LIST_LIMIT_DEFAULT
+
+
+def attempts_limit(value: Any, *, owner_view: bool) -> int | None:
+    """How many attempts a read returns: the owner sees every kept attempt by default."""
+    n = integer(value, "attempts_limit")
+    if n is None:
+        return None if owner_view else ATTEMPTS_LIMIT_DEFAULT
+    if n <= 0:  # a non-positive limit means the default
+        return ATTEMPTS_LIMIT_DEFAULT
+    return min(n, OFFSET_MAX if owner_view else ATTEMPTS_LIMIT_MAX)

@@ -16,6 +16,11 @@ Returns a list of violations (empty when the database is consistent):
 
 from __future__ import annotations
 
+from .states import DIED_OUTCOMES, HELD_STATES, Disposition as D, TodoState as S, sql_list
+
+_HELD = sql_list(HELD_STATES)
+_DIED = sql_list(DIED_OUTCOMES)
+
 CHECKS = {
     "more than one open attempt": """
         SELECT todo_id FROM todo_attempts WHERE ended_at IS NULL GROUP BY todo_id HAVING count(*) > 1""",
@@ -25,37 +30,37 @@ CHECKS = {
         HAVING count(a.seq) <> t.attempts_total - t.attempts_pruned
             OR coalesce(max(a.seq), t.attempts_pruned) <> t.attempts_total
             OR coalesce(min(a.seq), t.attempts_pruned + 1) <> t.attempts_pruned + 1""",
-    "lease held without an open attempt, or an open attempt without a lease": """
+    "lease held without an open attempt, or an open attempt without a lease": f"""
         SELECT t.id FROM todos t
-         WHERE (t.state IN ('claimed', 'input-required'))
+         WHERE (t.state IN ({_HELD}))
                <> EXISTS (SELECT 1 FROM todo_attempts a WHERE a.todo_id = t.id AND a.ended_at IS NULL)""",
-    "newest closed attempt disagrees with the todo's state": """
+    "newest closed attempt disagrees with the todo's state": f"""
         SELECT t.id FROM todos t
           JOIN LATERAL (SELECT * FROM todo_attempts a WHERE a.todo_id = t.id
                          ORDER BY a.seq DESC LIMIT 1) a ON a.ended_at IS NOT NULL
          WHERE t.updated_at <= a.ended_at AND NOT (
-               (a.disposition = 'done' AND t.state = 'done')
-            OR (a.disposition = 'retry_scheduled' AND t.state = 'failed' AND t.next_retry_at IS NOT NULL)
-            OR (a.disposition = 'dead_lettered' AND t.state = 'failed' AND t.next_retry_at IS NULL)
-            OR (a.disposition = 'requeued' AND t.state = 'pending')
-            OR (a.disposition = 'canceled' AND t.state = 'canceled'))""",
-    "died attempt with a summary or artifact": """
+               (a.disposition = '{D.DONE}' AND t.state = '{S.DONE}')
+            OR (a.disposition = '{D.RETRY_SCHEDULED}' AND t.state = '{S.FAILED}' AND t.next_retry_at IS NOT NULL)
+            OR (a.disposition = '{D.DEAD_LETTERED}' AND t.state = '{S.FAILED}' AND t.next_retry_at IS NULL)
+            OR (a.disposition = '{D.REQUEUED}' AND t.state = '{S.PENDING}')
+            OR (a.disposition = '{D.CANCELED}' AND t.state = '{S.CANCELED}'))""",
+    "died attempt with a summary or artifact": f"""
         SELECT todo_id FROM todo_attempts
-         WHERE outcome IN ('lease_expired', 'reaped') AND (summary IS NOT NULL OR artifact IS NOT NULL)""",
+         WHERE outcome IN ({_DIED}) AND (summary IS NOT NULL OR artifact IS NOT NULL)""",
     "open attempt disagrees with the todo's owner or attempt counter": """
         SELECT t.id FROM todos t JOIN todo_attempts a ON a.todo_id = t.id AND a.ended_at IS NULL
          WHERE a.owner IS DISTINCT FROM t.owner OR a.attempt <> t.attempt OR a.seq <> t.attempts_total""",
-    "owner or lease disagrees with the state": """
+    "owner or lease disagrees with the state": f"""
         SELECT id FROM todos
-         WHERE (state = 'claimed' AND (owner IS NULL OR lease_expires_at IS NULL))
-            OR (state = 'input-required' AND (owner IS NULL OR lease_expires_at IS NOT NULL))
-            OR (state = 'pending' AND (owner IS NOT NULL OR lease_expires_at IS NOT NULL))
-            OR (state IN ('done', 'failed', 'canceled') AND lease_expires_at IS NOT NULL)""",
-    "counters out of range": """
+         WHERE (state = '{S.CLAIMED}' AND (owner IS NULL OR lease_expires_at IS NULL))
+            OR (state = '{S.INPUT_REQUIRED}' AND (owner IS NULL OR lease_expires_at IS NOT NULL))
+            OR (state = '{S.PENDING}' AND (owner IS NOT NULL OR lease_expires_at IS NOT NULL))
+            OR (state IN ('{S.DONE}', '{S.FAILED}', '{S.CANCELED}') AND lease_expires_at IS NOT NULL)""",
+    "counters out of range": f"""
         SELECT id FROM todos
          WHERE attempts_pruned > attempts_total
-            OR (state = 'failed' AND next_retry_at IS NOT NULL AND attempt >= max_attempts)
-            OR (state <> 'failed' AND next_retry_at IS NOT NULL)""",
+            OR (state = '{S.FAILED}' AND next_retry_at IS NOT NULL AND attempt >= max_attempts)
+            OR (state <> '{S.FAILED}' AND next_retry_at IS NOT NULL)""",
     "attempt ended before it was claimed": """
         SELECT todo_id FROM todo_attempts WHERE ended_at < claimed_at""",
 }

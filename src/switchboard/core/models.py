@@ -17,7 +17,6 @@ VERBS = ("list_todos", "get_todo", "claim", "claim_next", "heartbeat", "complete
          "request_input")
 DEFAULT_VERBS = ("list_todos", "claim", "claim_next", "heartbeat", "complete", "fail", "release",
                  "request_input")
-STATES = ("pending", "claimed", "done", "failed", "canceled", "input-required")
 
 
 def effective_verbs(granted: tuple[str, ...] | list[str]) -> frozenset[str]:

@@ -9,7 +9,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-DIED_OUTCOMES = ("lease_expired", "reaped")
+from .states import DIED_OUTCOMES, TodoState
 ATTEMPT_FIELDS = ("seq", "attempt", "claimer_kind", "claimant", "claimed_at", "last_heartbeat_at",
                   "ended_at", "outcome", "disposition", "died", "summary", "summary_truncated", "artifact")
 
@@ -24,7 +24,7 @@ def ts(value: Any) -> str | None:
 
 
 def is_dead_letter(row: dict) -> bool:
-    return row["state"] == "failed" and row.get("next_retry_at") is None
+    return row["state"] == TodoState.FAILED and row.get("next_retry_at") is None
 
 
 def payload_size(row: dict) -> int:
@@ -87,9 +87,11 @@ def attempt(a: dict) -> dict:
 
 
 def owner_attempt(a: dict) -> dict:
-    """The owning human's view adds the lease expiry of the attempt; still no secrets or sessions."""
+    """The owning human's view adds the lease expiry of the attempt and when the owner last extended
+    it (apart from the holder's heartbeats); still no secrets or sessions."""
     out = attempt(a)
     out["lease_expires_at"] = ts(a.get("lease_expires_at"))
+    out["owner_extended_at"] = ts(a.get("owner_extended_at"))
     return out
 
 

@@ -9,22 +9,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from . import events, inputs, shapes
 from .errors import Conflict, CoreError, Forbidden, Invalid, NotFound
-from .models import STATES, Caller, Core, EndpointCaller, HumanCaller, scope_params
+from .inputs import JsonValue
+from .models import Caller, Core, EndpointCaller, HumanCaller, scope_params
 from .queries import Q
 from .secrets import new_lease_token, sha256
+from .states import GAUGE_STATES, RETRY_SCHEDULED, TODO_STATES, TodoState
 
-ATTEMPTS_LIMIT_DEFAULT = 20
-ATTEMPTS_LIMIT_MAX = 50
 PRIOR_ATTEMPTS = 5
-LIST_LIMIT_DEFAULT = 50
-LIST_LIMIT_MAX = 200
 
 
 @dataclass
@@ -49,19 +46,14 @@ def new_todo_id() -> str:
     return f"td_{uuid.uuid4()}"
 
 
-def _ttl(core: Core, caller: Caller, value: Any) -> int:
+def _ttl(core: Core, caller: Caller, value: int | None) -> int:
     default = core.settings.lease_ttl_seconds
     if isinstance(caller, EndpointCaller) and caller.default_lease_ttl:
         default = caller.default_lease_ttl
     return inputs.lease_ttl(value, default)
 
 
-def _todo_id(value: Any) -> str:
-    # Syntax only (no NUL, control characters or lone surrogates, which PostgreSQL cannot take as
-    # text), so the answer says nothing about which todos exist.
-    if not inputs.is_identifier(value):
-        raise Invalid("id must be a todo id string", argument="id")
-    return value
+_todo_id = inputs.todo_id
 
 
 async def _one(core: Core, sql: str, params: dict) -> dict | None:
@@ -88,12 +80,12 @@ async def _miss(core: Core, caller: Caller, todo_id: str, op: str, *, queue_forb
     return Conflict(op=op, todo_id=todo_id)
 
 
-def _fence_params(caller: Caller, lease_token: Any) -> dict:
+def _fence_params(caller: Caller, lease_token: str | None) -> dict:
     token = inputs.lease_token(lease_token)
     return {"token_hash": sha256(token) if token is not None else None}
 
 
-def _report(core: Core, summary: Any, artifact: Any, result: Any) -> dict:
+def _report(core: Core, summary: str | None, artifact: str | None, result: JsonValue) -> dict:
     """Validate the closing report before any store call (REQ-5)."""
     art = inputs.artifact(artifact)
     result_json = inputs.json_value(result, "result", inputs.RESULT_MAX_BYTES)
@@ -106,9 +98,9 @@ def _report(core: Core, summary: Any, artifact: Any, result: Any) -> dict:
 
 # ---------------------------------------------------------------------------------------- create
 
-async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: Any, payload: Any = None,
-                 kind: Any = None, source: str | None = None, key: Any = None, max_attempts: Any = None,
-                 assignee: Any = None) -> tuple[dict, bool]:
+async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: str, payload: JsonValue = None,
+                 kind: str | None = None, source: str | None = None, key: str | None = None,
+                 max_attempts: int | None = None, assignee: str | None = None) -> tuple[dict, bool]:
     """Put a todo on a queue. A live todo with the same idempotency key is returned with created=False.
 
     The caller (surface) has already checked that the endpoint belongs to the producer and is active.
@@ -122,7 +114,7 @@ async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: Any, 
     payload_json = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
     params = {
         "id": new_todo_id(), "endpoint_id": endpoint_id, "queue": inputs.queue(queue),
-        "source": source, "kind": inputs.text(kind, "kind", max_chars=64),
+        "source": source, "kind": inputs.text(kind, "kind", max_chars=inputs.KIND_MAX_CHARS),
         "title": title, "payload": Jsonb(payload) if payload_json is not None else None,
         "key": inputs.text(key, "key", max_chars=inputs.KEY_MAX_CHARS),
         "assignee": inputs.text(assignee, "assignee", max_chars=inputs.ASSIGNEE_MAX_CHARS),
@@ -146,11 +138,9 @@ async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: Any, 
 
 # ---------------------------------------------------------------------------------------- claims
 
-def _claim_params(core: Core, caller: Caller, lease_ttl_seconds: Any, require_fence: Any,
-                  claimant: Any) -> tuple[dict, str | None]:
-    if require_fence is not None and not isinstance(require_fence, bool):
-        raise Invalid("require_fence must be a boolean", argument="require_fence")
-    token = new_lease_token() if require_fence else None
+def _claim_params(core: Core, caller: Caller, lease_ttl_seconds: int | None, require_fence: bool | None,
+                  claimant: str | None) -> tuple[dict, str | None]:
+    token = new_lease_token() if inputs.boolean(require_fence, "require_fence", False) else None
     params = {
         **scope_params(caller),
         "ttl": _ttl(core, caller, lease_ttl_seconds),
@@ -187,8 +177,8 @@ async def _publish_claim(core: Core, row: dict) -> None:
     await core.bus.publish(*evs)
 
 
-async def claim(core: Core, caller: Caller, todo_id: Any, *, lease_ttl_seconds: Any = None,
-                require_fence: Any = None, claimant: Any = None) -> ClaimResult:
+async def claim(core: Core, caller: Caller, todo_id: str, *, lease_ttl_seconds: int | None = None,
+                require_fence: bool | None = None, claimant: str | None = None) -> ClaimResult:
     """Claim one todo by id: pending, a lapsed lease below the cap (takeover), or a due retry."""
     todo_id = _todo_id(todo_id)
     params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
@@ -200,8 +190,9 @@ async def claim(core: Core, caller: Caller, todo_id: Any, *, lease_ttl_seconds: 
     return got[0]
 
 
-async def claim_next(core: Core, caller: EndpointCaller, *, queue: Any = None, lease_ttl_seconds: Any = None,
-                     require_fence: Any = None, claimant: Any = None) -> ClaimResult | None:
+async def claim_next(core: Core, caller: EndpointCaller, *, queue: str | None = None,
+                     lease_ttl_seconds: int | None = None, require_fence: bool | None = None,
+                     claimant: str | None = None) -> ClaimResult | None:
     """The competing-consumer primitive: the oldest claimable todo in the granted queues, or None."""
     if queue is not None:
         name = inputs.queue(queue)
@@ -226,8 +217,10 @@ async def claim_next(core: Core, caller: EndpointCaller, *, queue: Any = None, l
 
 # ----------------------------------------------------------------------------- lease transitions
 
-async def heartbeat(core: Core, caller: Caller, todo_id: Any, *, lease_ttl_seconds: Any = None,
-                    lease_token: Any = None) -> dict:
+async def heartbeat(core: Core, caller: Caller, todo_id: str, *, lease_ttl_seconds: int | None = None,
+                    lease_token: str | None = None) -> dict:
+    """Extend the lease. Only the holder's own call is a heartbeat; the owning human extending an
+    agent's lease is recorded apart (`owner_extended_at`) and leaves `last_heartbeat_at` alone."""
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
               "ttl": _ttl(core, caller, lease_ttl_seconds)}
@@ -246,22 +239,21 @@ async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict, *,
     return row
 
 
-async def complete(core: Core, caller: Caller, todo_id: Any, *, result: Any = None, summary: Any = None,
-                   artifact: Any = None, lease_token: Any = None) -> dict:
+async def complete(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = None,
+                   summary: str | None = None, artifact: str | None = None,
+                   lease_token: str | None = None) -> dict:
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
               **_report(core, summary, artifact, result)}
     return shapes.compact(await _close(core, caller, "complete", Q.todos.complete, params))
 
 
-async def fail(core: Core, caller: Caller, todo_id: Any, *, result: Any = None, summary: Any = None,
-               artifact: Any = None, lease_token: Any = None, retry: Any = True) -> dict:
+async def fail(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = None,
+               summary: str | None = None, artifact: str | None = None, lease_token: str | None = None,
+               retry: bool | None = True) -> dict:
     """Fail the attempt: a parked retry with backoff below the cap, else (or with retry=False) a dead letter."""
     todo_id = _todo_id(todo_id)
-    if retry is None:
-        retry = True
-    if not isinstance(retry, bool):
-        raise Invalid("retry must be a boolean", argument="retry")
+    retry = inputs.boolean(retry, "retry", True)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
               **_report(core, summary, artifact, result), "retry": retry,
               "backoff_base": core.settings.retry_backoff_base_seconds,
@@ -269,8 +261,8 @@ async def fail(core: Core, caller: Caller, todo_id: Any, *, result: Any = None, 
     return shapes.compact(await _close(core, caller, "fail", Q.todos.fail, params))
 
 
-async def release(core: Core, caller: Caller, todo_id: Any, *, summary: Any = None, artifact: Any = None,
-                  lease_token: Any = None) -> dict:
+async def release(core: Core, caller: Caller, todo_id: str, *, summary: str | None = None,
+                  artifact: str | None = None, lease_token: str | None = None) -> dict:
     """Give the lease back: pending again, attempt counter unchanged, attempt closes `released`."""
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
@@ -278,13 +270,11 @@ async def release(core: Core, caller: Caller, todo_id: Any, *, summary: Any = No
     return shapes.full(await _close(core, caller, "release", Q.todos.release, params, ready="released"))
 
 
-async def request_input(core: Core, caller: Caller, todo_id: Any, *, question: Any = None,
-                        lease_token: Any = None) -> dict:
+async def request_input(core: Core, caller: Caller, todo_id: str, *, question: str | None = None,
+                        lease_token: str | None = None) -> dict:
     """The holder asks its human for input: input-required, attempt stays open, lease paused."""
     todo_id = _todo_id(todo_id)
-    q = inputs.text(question, "question", max_chars=inputs.QUESTION_MAX_BYTES)
-    if q is not None:
-        q, _ = inputs.cut_utf8(q, inputs.QUESTION_MAX_BYTES)
+    q = inputs.question(question)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id, "question": q}
     row = await _one(core, Q.todos.request_input, params)
     if row is None:
@@ -293,8 +283,8 @@ async def request_input(core: Core, caller: Caller, todo_id: Any, *, question: A
     return shapes.compact(row)
 
 
-async def provide_input(core: Core, caller: HumanCaller, todo_id: Any, *, payload: Any,
-                        lease_ttl_seconds: Any = None) -> dict:
+async def provide_input(core: Core, caller: HumanCaller, todo_id: str, *, payload: JsonValue,
+                        lease_ttl_seconds: int | None = None) -> dict:
     """The owning human answers an input-required todo; it resumes claimed under a fresh lease."""
     todo_id = _todo_id(todo_id)
     text = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
@@ -309,13 +299,13 @@ async def provide_input(core: Core, caller: HumanCaller, todo_id: Any, *, payloa
     return shapes.full(row)
 
 
-async def cancel(core: Core, caller: HumanCaller, todo_id: Any) -> dict:
+async def cancel(core: Core, caller: HumanCaller, todo_id: str) -> dict:
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), "id": todo_id}
     return shapes.compact(await _close(core, caller, "cancel", Q.todos.cancel, params))
 
 
-async def retry(core: Core, caller: HumanCaller, todo_id: Any) -> dict:
+async def retry(core: Core, caller: HumanCaller, todo_id: str) -> dict:
     """Manual retry of a dead letter or a parked retry (REQ-12): fresh budget, history kept."""
     todo_id = _todo_id(todo_id)
     row = await _one(core, Q.todos.retry, {**scope_params(caller), "id": todo_id})
@@ -327,26 +317,19 @@ async def retry(core: Core, caller: HumanCaller, todo_id: Any) -> dict:
 
 # ----------------------------------------------------------------------------------------- reads
 
-async def get(core: Core, caller: Caller, todo_id: Any, *, attempts_limit: Any = None) -> dict:
+async def get(core: Core, caller: Caller, todo_id: str, *, attempts_limit: int | None = None) -> dict:
     """The get_todo shape (REQ-8). Foreign, unknown and out-of-grant ids are the same not_found."""
     todo_id = _todo_id(todo_id)
     owner_view = isinstance(caller, HumanCaller)
-    if attempts_limit is None:
-        limit = None if owner_view else ATTEMPTS_LIMIT_DEFAULT
-    elif isinstance(attempts_limit, bool) or not isinstance(attempts_limit, int):
-        raise Invalid("attempts_limit must be an integer", argument="attempts_limit")
-    elif attempts_limit <= 0:  # a non-positive limit means the default
-        limit = ATTEMPTS_LIMIT_DEFAULT
-    else:  # an endpoint gets at most 50; the owner's view is bounded by the history cap anyway
-        limit = min(attempts_limit, ATTEMPTS_LIMIT_MAX if not owner_view else 2**31 - 1)
+    limit = inputs.attempts_limit(attempts_limit, owner_view=owner_view)
     row = await _one(core, Q.todos.get, {**scope_params(caller), "id": todo_id, "attempts_limit": limit})
     if row is None:
         raise NotFound(op="get_todo", todo_id=todo_id)
     return shapes.todo_detail(row, row["attempts"], owner_view=owner_view)
 
 
-async def list_for_endpoint(core: Core, caller: EndpointCaller, *, queue: Any = None, state: Any = None,
-                            limit: Any = None) -> list[dict]:
+async def list_for_endpoint(core: Core, caller: EndpointCaller, *, queue: str | None = None,
+                            state: str | None = None, limit: int | None = None) -> list[dict]:
     if queue is not None:
         name = inputs.queue(queue)
         if name not in caller.queues:
@@ -354,17 +337,15 @@ async def list_for_endpoint(core: Core, caller: EndpointCaller, *, queue: Any = 
         queues = [name]
     else:
         queues = list(caller.queues)
-    state = inputs.state(state, STATES)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-        raise Invalid("limit must be an integer", argument="limit")
-    n = limit if isinstance(limit, int) and 0 < limit <= LIST_LIMIT_MAX else LIST_LIMIT_DEFAULT
+    state = inputs.state(state)
+    n = inputs.list_limit(limit)
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.todos.list_for_endpoint, {
             "endpoint_id": caller.endpoint_id, "queues": queues, "state": state, "limit": n})
         return [shapes.compact(r) for r in await cur.fetchall()]
 
 
-def _human_filters(caller: HumanCaller, endpoint: Any, queue: Any) -> dict:
+def _human_filters(caller: HumanCaller, endpoint: str | None, queue: str | None) -> dict:
     return {"human_id": caller.human_id,
             "slug": inputs.identifier(endpoint, "endpoint") if endpoint else None,
             "queue": inputs.queue(queue) if queue else None}
@@ -372,11 +353,12 @@ def _human_filters(caller: HumanCaller, endpoint: Any, queue: Any) -> dict:
 
 async def list_for_human(core: Core, caller: HumanCaller, *, endpoint: str | None = None,
                          queue: str | None = None, state: str | None = None, dead_letter: bool = False,
-                         limit: int = 50, offset: int = 0) -> list[dict]:
+                         limit: int | None = None, offset: int | None = None) -> list[dict]:
     params = _human_filters(caller, endpoint, queue)
-    params.update(state=inputs.state(state, STATES), dead_letter=bool(dead_letter),
-                  limit=inputs.count(limit, "limit", default=50, low=1, high=500),
-                  offset=inputs.count(offset, "offset", default=0, low=0, high=2**31 - 1))
+    params.update(state=inputs.state(state), dead_letter=inputs.boolean(dead_letter, "dead_letter", False),
+                  limit=inputs.count(limit, "limit", default=inputs.LIST_LIMIT_DEFAULT, low=1,
+                                     high=inputs.OWNER_LIST_LIMIT_MAX),
+                  offset=inputs.count(offset, "offset", default=0, low=0, high=inputs.OFFSET_MAX))
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.todos.list_for_human, params)
         rows = await cur.fetchall()
@@ -394,7 +376,7 @@ async def counts_for_human(core: Core, caller: HumanCaller, *, endpoint: str | N
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.todos.counts_for_human, _human_filters(caller, endpoint, queue))
         rows = await cur.fetchall()
-    counts = {s: 0 for s in ("pending", "claimed", "input-required", "done", "failed", "canceled")}
+    counts = {s: 0 for s in TODO_STATES}
     counts["dead_letter"] = 0
     for r in rows:
         counts[r["state"]] = r["n"]
@@ -402,7 +384,7 @@ async def counts_for_human(core: Core, caller: HumanCaller, *, endpoint: str | N
     return counts
 
 
-async def queue_counts(core: Core, caller: EndpointCaller, queue: Any) -> dict[str, int]:
+async def queue_counts(core: Core, caller: EndpointCaller, queue: str) -> dict[str, int]:
     """Live todos of one granted queue by state (pending, claimed, input-required, retry_scheduled)."""
     name = inputs.queue(queue)
     if name not in caller.queues:
@@ -411,7 +393,7 @@ async def queue_counts(core: Core, caller: EndpointCaller, queue: Any) -> dict[s
         cur = await conn.execute(Q.todos.queue_counts_for_endpoint,
                                  {"endpoint_id": caller.endpoint_id, "queue": name})
         rows = await cur.fetchall()
-    counts = {"pending": 0, "claimed": 0, "input-required": 0, "retry_scheduled": 0}
+    counts = {s: 0 for s in GAUGE_STATES[:-1]}  # the live states and retry_scheduled
     for r in rows:
-        counts["retry_scheduled" if r["state"] == "failed" else r["state"]] += r["n"]
+        counts[RETRY_SCHEDULED if r["state"] == TodoState.FAILED else r["state"]] += r["n"]
     return counts

@@ -61,9 +61,13 @@ WITH cand AS (
 {{claim_tail}}
 
 -- name: heartbeat
+-- The holder's own call is a heartbeat; the owning human extending someone else's lease is recorded
+-- apart in owner_extended_at, so last_heartbeat_at stays the holder's (SPEC-0034 REQ-3).
 {{held}}, a AS (
     UPDATE todo_attempts a
-       SET last_heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => %(ttl)s)
+       SET last_heartbeat_at = CASE WHEN a.owner = %(owner)s THEN now() ELSE a.last_heartbeat_at END,
+           owner_extended_at = CASE WHEN a.owner = %(owner)s THEN a.owner_extended_at ELSE now() END,
+           lease_expires_at = now() + make_interval(secs => %(ttl)s)
       FROM t
      WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence}}
     RETURNING a.todo_id

@@ -17,12 +17,11 @@ from starlette.routing import Route
 
 from ...core import endpoints, producer, todos
 from ...core.errors import Conflict, CoreError, Forbidden, Invalid, NotFound
-from ...core.models import STATES, HumanCaller
+from ...core.models import HumanCaller
+from ...core.states import STATE_LABELS, TODO_STATES as STATES
 from .kit import NO_STORE, Board, human_page, human_post, is_hx
 
 PAGE_SIZE = 25
-STATE_LABELS = {"pending": "pending", "claimed": "claimed", "input-required": "input required",
-                "done": "done", "failed": "failed", "canceled": "canceled"}
 
 # action: (button label, what happened, states it applies to)
 ACTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
