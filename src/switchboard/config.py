@@ -5,6 +5,7 @@ A bad value stops start-up with a message naming the variable.
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -12,6 +13,16 @@ from typing import Literal
 import platformdirs
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def is_loopback(host: str) -> bool:
+    """`localhost` or a loopback address (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class ConfigError(Exception):
@@ -47,6 +58,12 @@ class Settings(BaseSettings):
     a2ui: bool = False
     secret_key: str | None = None
     user: str | None = None
+    header_timeout_seconds: float = Field(10.0, gt=0, le=600)  # a request's head must arrive within this
+    body_timeout_seconds: float = Field(30.0, gt=0, le=3600)  # and each body chunk within this of the last
+    max_connections: int = Field(1000, ge=1)  # open HTTP connections; past it new requests get 503
+    db_statement_timeout_seconds: float = Field(10.0, gt=0, le=3600)  # PostgreSQL statement_timeout
+    db_lock_timeout_seconds: float = Field(5.0, gt=0, le=3600)  # PostgreSQL lock_timeout
+    mcp_max_sessions_per_endpoint: int = Field(100, ge=1, le=100_000)  # live MCP sessions of one endpoint
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
@@ -59,6 +76,14 @@ class Settings(BaseSettings):
         if v is not None and v != "" and len(v.encode()) < 32:
             raise ValueError("must be at least 32 bytes")
         return v or None
+
+    @field_validator("dev_login")
+    @classmethod
+    def _dev_login_on_loopback(cls, v: bool, info) -> bool:  # noqa: ANN001
+        host = str(info.data.get("host", "127.0.0.1")).strip("[]").lower()
+        if v and not is_loopback(host):
+            raise ValueError("dev login is allowed only when SWITCHBOARD_HOST is a loopback address")
+        return v
 
     @property
     def public_base_url(self) -> str:

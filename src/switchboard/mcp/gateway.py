@@ -3,7 +3,10 @@ callable instead of a stack of middleware (one header scan, one closure per requ
 
 Order: body cap (413) → Host and Origin (421 / 403, against DNS rebinding) → bearer credential (401,
 the same body for missing, unknown, revoked and expired) → the credential's own slug (403) → the
-endpoint's token bucket (429 with Retry-After) → the SDK's session manager. One log line per request.
+endpoint's token bucket (429 with Retry-After) → room for a new session within the endpoint's cap
+(`SessionCap`: its least recently used idle session ends; 503 when all are busy) → the SDK's session
+manager. One log line per request. The Host allow-list and the one-credential rule run before any of
+this, for the whole app (`web/hosts.py`); the Host check here is the same rule, kept for defence in depth.
 """
 
 from __future__ import annotations
@@ -14,19 +17,21 @@ import math
 import time
 from contextvars import ContextVar
 from typing import Callable
-from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import Settings
 from ..core.models import Core
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from ..web.hosts import BAD_HOST, allowed_hostnames, host_allowed, origin_hostname
 from .auth import CredentialCache
+from .sessions import SessionCap
 
 log = logging.getLogger("switchboard.mcp")
 
 MAX_BODY_BYTES = 1024 * 1024
 CALLER_KEY = "switchboard.caller"  # the EndpointCaller of an authenticated request, in the ASGI scope
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 # What the tool call of this request did (verb, todo id, outcome), filled in by the tool handler: the
 # SDK hands the request's context to the handler, so a tools/call logs one line, not two.
@@ -40,7 +45,6 @@ def _body(code: str, message: str) -> bytes:
 UNAUTHORIZED = _body("unauthorized", "a valid endpoint credential is required")
 FORBIDDEN_SLUG = _body("forbidden", "this credential belongs to another endpoint")
 TOO_LARGE = _body("too_large", f"request body over {MAX_BODY_BYTES} bytes")
-BAD_HOST = _body("bad_host", "Host header not allowed")
 BAD_ORIGIN = _body("bad_origin", "Origin header not allowed")
 _JSON = (b"content-type", b"application/json")
 
@@ -49,42 +53,6 @@ async def _respond(send: Send, status: int, body: bytes, extra: tuple[tuple[byte
     headers = [_JSON, (b"content-length", str(len(body)).encode()), (b"cache-control", b"no-store"), *extra]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def allowed_hostnames(settings: Settings) -> frozenset[str]:
-    """Loopback, the configured bind host (unless a wildcard) and the host of SWITCHBOARD_BASE_URL."""
-    names = set(LOOPBACK)
-    if settings.host not in ("", "0.0.0.0", "::"):
-        names.add(settings.host.lower())
-    if settings.base_url:
-        host = urlsplit(settings.base_url).hostname
-        if host:
-            names.add(host.lower())
-    return frozenset(names)
-
-
-def _hostname(value: str) -> str | None:
-    """`host[:port]` or `[v6][:port]` → host, lower-case; None when malformed."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        end = value.find("]")
-        if end < 0 or (len(value) > end + 1 and value[end + 1] != ":"):
-            return None
-        return value[1:end]
-    host, _, port = value.partition(":")
-    if port and not port.isdigit():
-        return None
-    return host or None
-
-
-def _origin_hostname(origin: str) -> str | None:
-    try:
-        parts = urlsplit(origin)
-        if parts.scheme not in ("http", "https"):
-            return None
-        return parts.hostname
-    except ValueError:
-        return None
 
 
 class RateLimiter:
@@ -119,6 +87,9 @@ class Gateway:
         self.credentials = credentials
         self.hostnames = allowed_hostnames(settings)
         self.limiter = RateLimiter(settings.rate_limit_rps, settings.rate_limit_burst)
+        manager = getattr(app, "session_manager", None)  # the SDK's StreamableHTTPASGIApp
+        self.sessions_cap = (SessionCap(manager, settings.mcp_max_sessions_per_endpoint)
+                             if manager is not None else None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -142,7 +113,7 @@ class Gateway:
                 "latency_ms": round((time.perf_counter() - started) * 1000, 2), **facts})
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, slug: str) -> None:
-        length = host = origin = authorization = None
+        length = host = origin = authorization = session_id = version = None
         for name, value in scope["headers"]:
             if name == b"content-length":
                 length = value
@@ -152,13 +123,17 @@ class Gateway:
                 origin = value
             elif name == b"authorization":
                 authorization = value
+            elif name == b"mcp-session-id":
+                session_id = value
+            elif name == b"mcp-protocol-version":
+                version = value
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             await _respond(send, 413, TOO_LARGE)
             return
-        if host is None or _hostname(host.decode("latin-1")) not in self.hostnames:
+        if not host_allowed(host, self.hostnames):  # the app's front door checked it already
             await _respond(send, 421, BAD_HOST)
             return
-        if origin is not None and _origin_hostname(origin.decode("latin-1")) not in self.hostnames:
+        if origin is not None and origin_hostname(origin.decode("latin-1")) not in self.hostnames:
             await _respond(send, 403, BAD_ORIGIN)
             return
         principal = None
@@ -179,4 +154,23 @@ class Gateway:
             return
         scope["user"] = principal.user
         scope[CALLER_KEY] = principal.caller
-        await self.app(scope, receive, send)
+        cap = self.sessions_cap
+        if cap is None:
+            await self.app(scope, receive, send)
+            return
+        if session_id is None:
+            if (scope["method"] == "POST"
+                    and (version is None or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS)
+                    and not await cap.make_room(str(principal.caller.endpoint_id))):
+                await _respond(send, 503, _body(
+                    "too_many_sessions", f"this endpoint has {cap.limit} live MCP sessions, all busy; end one "
+                    "(DELETE with its Mcp-Session-Id) or retry later"), ((b"retry-after", b"5"),))
+                return
+            await self.app(scope, receive, send)
+            return
+        sid = session_id.decode("latin-1")[:128]
+        cap.enter(sid)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            cap.leave(sid)

@@ -1,0 +1,126 @@
+"""The front door of the whole app: checks every HTTP request passes before any routing.
+
+Outermost ASGI wrapper, one header scan per request:
+
+- **Host allow-list** (against DNS rebinding): the `Host` must name loopback (`localhost`,
+  `127.0.0.1`, `[::1]`), the configured bind address (unless a wildcard) or the host of
+  `SWITCHBOARD_BASE_URL`; any port. Anything else, a missing Host or more than one gets 421 before a
+  route, a redirect (`/mcp/<slug>/` → `/mcp/<slug>`) or a page could be built from it. The MCP gateway
+  applies the same rule (`host_allowed`) to the `Origin` header.
+- **One credential per request**: a request carrying more than one `Authorization` header is refused
+  with 400 (otherwise which one counts would depend on the framework reading them).
+
+Both refusals are JSON `{"error": {"code", "message"}}` with `Cache-Control: no-store`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from urllib.parse import urlsplit
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..config import Settings
+from ..runtime import Component
+
+log = logging.getLogger("switchboard.web")
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _body(code: str, message: str) -> bytes:
+    return json.dumps({"error": {"code": code, "message": message}}, separators=(",", ":")).encode()
+
+
+BAD_HOST = _body("bad_host", "Host header not allowed")
+TWO_CREDENTIALS = _body("invalid", "more than one Authorization header")
+
+
+def allowed_hostnames(settings: Settings) -> frozenset[str]:
+    """Loopback, the configured bind host (unless a wildcard) and the host of SWITCHBOARD_BASE_URL."""
+    names = set(LOOPBACK)
+    if settings.host not in ("", "0.0.0.0", "::"):
+        names.add(settings.host.lower().strip("[]"))
+    if settings.base_url:
+        host = urlsplit(settings.base_url).hostname
+        if host:
+            names.add(host.lower())
+    return frozenset(names)
+
+
+def hostname(value: str) -> str | None:
+    """`host[:port]` or `[v6][:port]` → host, lower-case; None when malformed."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0 or (len(value) > end + 1 and (value[end + 1] != ":" or not value[end + 2:].isdigit())):
+            return None
+        return value[1:end]
+    host, _, port = value.partition(":")
+    if port and not port.isdigit():
+        return None
+    return host or None
+
+
+def origin_hostname(origin: str) -> str | None:
+    try:
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https"):
+            return None
+        return parts.hostname
+    except ValueError:
+        return None
+
+
+def host_allowed(value: bytes | None, names: frozenset[str]) -> bool:
+    return value is not None and hostname(value.decode("latin-1")) in names
+
+
+async def refuse(send: Send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"cache-control", b"no-store"), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class FrontDoor:
+    """ASGI middleware: the Host allow-list and the one-credential rule, before routing."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.hostnames = allowed_hostnames(settings)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host = None
+        hosts = authorizations = 0
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value
+                hosts += 1
+            elif name == b"authorization":
+                authorizations += 1
+        if hosts != 1 or not host_allowed(host, self.hostnames):
+            log.warning("request refused", extra={"reason": "bad_host", "status": 421, "path": scope["path"][:128]})
+            if scope["type"] == "http":
+                await refuse(send, 421, BAD_HOST)
+            else:
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        if authorizations > 1:
+            log.warning("request refused", extra={"reason": "two_credentials", "status": 400,
+                                                  "path": scope["path"][:128]})
+            if scope["type"] == "http":
+                await refuse(send, 400, TWO_CREDENTIALS)
+            else:
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        await self.app(scope, receive, send)
+
+
+def component(settings: Settings) -> Component:
+    """Install last in the composition, so its wrap is outermost."""
+    return Component(name="hosts", wrap=lambda app: FrontDoor(app, settings))
