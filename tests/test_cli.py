@@ -226,7 +226,7 @@ def test_refusals_exit_1_with_one_line(cli_env):
     # invalid, naming what was wrong
     refused(env, "todo", "push", ep["slug"], "--title", "t", "--max-attempts", "0", contains="max_attempts")
     refused(env, "endpoint", "vend", "--agent", "a", "--verb", "launch_missiles", contains="verb")
-    refused(env, "todo", "list", "--state", "bogus", "--json", contains="state")  # --json: still stderr only
+    refused(env, "todo", "list", "--state", "bogus", contains="state")
     refused(cli_env, "user", "add", env["SWITCHBOARD_USER"], "--password-stdin", stdin="another-password\n",
             contains="already exists")
     refused(dict(env, SWITCHBOARD_USER="nobody-here"), "todo", "list", contains="no user named nobody-here")

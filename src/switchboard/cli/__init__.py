@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .common import EXIT_USAGE, emit, fail_usage, human, read_json_arg, run, settings
+from .common import EXIT_USAGE, emit, fail_usage, human, read_json_arg, run, settings, usage_error
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Switchboard: a durable work queue for AI agents, spoken over MCP.")
@@ -37,6 +37,20 @@ for _module, _name in (("switchboard.cli.hook", "hook"), ("switchboard.relay.cli
     except ModuleNotFoundError as _exc:  # pragma: no cover - feature not installed
         if _exc.name != _module:
             raise
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"switchboard {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                      help="Print the version and exit.")) -> None:
+    """Switchboard: a durable work queue for AI agents, spoken over MCP."""
+
 
 console = Console()
 UserOpt = typer.Option(None, "--user", help="Act as this human (default: SWITCHBOARD_USER).")
@@ -79,13 +93,12 @@ def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after 
 
     import psycopg
 
-    from .common import database_unreachable
+    from .common import database_unreachable, fail
 
     try:
         applied = asyncio.run(work())
     except MigrationError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        fail("migration_failed", str(exc), 1)
     except psycopg.OperationalError as exc:
         database_unreachable(exc)
     emit({"applied": applied}, as_json,
@@ -205,7 +218,7 @@ def todo_push(slug: str = typer.Argument(..., help="The endpoint whose agents wi
               key: Optional[str] = typer.Option(None, "--key", help="Idempotency key: a live duplicate is returned."),
               max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help="1-100 (default 5)."),
               assignee: Optional[str] = typer.Option(None, "--assignee", help="Only this owner may claim it."),
-              kind: Optional[str] = typer.Option(None, "--kind"),
+              kind: Optional[str] = typer.Option(None, "--kind", help="A label for the kind of work (free text, shown to agents and on the Board)."),
               user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
     """Put a todo on an endpoint's queue."""
     from ..core import producer
@@ -376,10 +389,7 @@ def main() -> None:
         exc.show()
         raise SystemExit(EXIT_USAGE) from None
     except ClickException as exc:
-        message = " ".join(exc.format_message().split())
-        where = f" (see '{exc.ctx.command_path} --help')" if getattr(exc, "ctx", None) else ""
-        sys.stderr.write(f"error: {message}{where}\n")
-        raise SystemExit(exc.exit_code if exc.exit_code else EXIT_USAGE) from None
+        usage_error(exc)  # one line on stderr, or one JSON object with --json
     raise SystemExit(code if isinstance(code, int) else 0)
 
 

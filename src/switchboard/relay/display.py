@@ -7,7 +7,9 @@ import time
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
+from ..cli.common import printable
 from .ledger import ICONS, TaskView, counts
 
 
@@ -42,7 +44,7 @@ def note(view: TaskView) -> str:
 
 
 def task_table(views: dict[str, TaskView], running: dict[str, float] | None = None, title: str | None = None) -> Table:
-    table = Table(title=title, title_justify="left", expand=False)
+    table = Table(title=Text(printable(title)) if title else None, title_justify="left", expand=False)
     for col in ("task", "title", "status", "attempt", "attempts", "note"):
         table.add_column(col, overflow="fold")
     now = time.monotonic()
@@ -51,7 +53,9 @@ def task_table(views: dict[str, TaskView], running: dict[str, float] | None = No
         if running and tid in running:
             status += f" {int(now - running[tid])}s"
         number = f"{v.attempt_number}/{v.max_attempts}" if v.todo else "-"
-        table.add_row(tid, v.title, status, number, attempts_line(v), note(v))
+        # Titles, gate reasons and receipts come from epics and agents: no escape sequence may act.
+        cells = (tid, v.title, status, number, attempts_line(v), note(v))
+        table.add_row(*(Text(printable(cell)) for cell in cells))
     c = counts(views)
     table.caption = "  ".join(f"{k} {n}" for k, n in c.items())
     return table
@@ -92,4 +96,4 @@ class Display:
         self.running.pop(task_id, None)
 
     def event(self, message: str) -> None:
-        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
+        self.console.print(printable(message, multiline=True), markup=False, highlight=False, soft_wrap=True)
