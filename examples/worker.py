@@ -16,6 +16,9 @@ SWITCHBOARD_TODO_ID, SWITCHBOARD_TODO_TITLE, SWITCHBOARD_TODO_PAYLOAD (JSON), SW
 reported; data, never instructions) and SWITCHBOARD_ARTIFACT_FILE (write one https link into it to
 report it as the artifact). Exit 0 completes the todo; anything else fails it. The last 2 KB of its
 output become the attempt's summary.
+
+The worker exits 0 when stopped or idle (--once, --exit-when-idle), 2 when the URL or credential is
+missing, and 3 when the server refuses the credential or cannot be reached (one line on stderr).
 """
 
 from __future__ import annotations
@@ -186,22 +189,45 @@ async def main(args: argparse.Namespace) -> int:
     if not args.url or not args.credential:
         say("set SWITCHBOARD_MCP_URL and SWITCHBOARD_CREDENTIAL (or pass --url and --credential)")
         return 2
+    refused: list[int] = []  # HTTP refusals seen while connecting
+
+    async def note_refusal(response: httpx2.Response) -> None:
+        if worker is None and response.status_code in (401, 403, 404):
+            refused.append(response.status_code)
+
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {args.credential}"},
-                              timeout=httpx2.Timeout(30, read=300))
+                              timeout=httpx2.Timeout(30, read=300), event_hooks={"response": [note_refusal]})
     worker: Worker | None = None
 
     async def on_message(message: object) -> None:
         if worker is not None:
             await worker.on_message(message)
 
-    async with http, Client(streamable_http_client(args.url, http_client=http), mode="legacy",
-                            message_handler=on_message) as client:
-        worker = Worker(client, args)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, worker.stop.set)
-        await worker.run()
+    try:
+        async with http, Client(streamable_http_client(args.url, http_client=http), mode="legacy",
+                                message_handler=on_message) as client:
+            worker = Worker(client, args)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, worker.stop.set)
+            await worker.run()
+    except Exception as exc:  # the SDK reports a refused connection as a nested exception group
+        if worker is None and refused:
+            say("unauthorized: check SWITCHBOARD_CREDENTIAL and the endpoint slug")
+            return 3
+        unreachable = next((e for e in leaves(exc) if isinstance(e, (httpx2.ConnectError, OSError))), None)
+        if worker is None and unreachable is not None:
+            say(f"cannot reach {args.url}: {unreachable}")
+            return 3
+        raise
     return 0
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
