@@ -17,7 +17,7 @@ from board_kit import (CSP, PASSWORD, axe_violations, board_server, browser, pag
                        screenshot, sign_in, start_board_server, stop_board_server)
 from conftest import make_settings
 from switchboard.core import todos
-from switchboard.web.board.sessions import SECRET_FILE, load_secret
+from switchboard.web.board.sessions import SECRET_FILE, Session, load_secret
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +72,11 @@ async def test_sign_in_form_cookie_and_lifetime(board_server, browser):  # noqa:
         assert 11.9 * 3600 < session["expires"] - time.time() <= 12 * 3600
         assert "sb_login" not in cookies  # the sign-in form token is spent
         await page.watch.assert_clean(page)
-
-    # The signature carries the 12-hour limit: an older cookie is refused, a younger one works.
     secret = board_server.srv.settings.secret_key.encode()
+    sid = URLSafeTimedSerializer(secret, salt="switchboard-board-session").loads(session["value"])["s"]
+
+    # The signature carries the 12-hour limit: an older cookie is refused, a younger one works (for a
+    # session that is live in the database; a well-signed cookie for an unknown session is refused).
 
     def signed(age_seconds: int) -> str:
         class Then(TimestampSigner):
@@ -82,13 +84,16 @@ async def test_sign_in_form_cookie_and_lifetime(board_server, browser):  # noqa:
                 return int(time.time()) - age_seconds
 
         s = URLSafeTimedSerializer(secret, salt="switchboard-board-session", signer=Then)
-        return s.dumps({"h": str(human.human_id), "s": uuid.uuid4().hex})
+        return s.dumps({"h": str(human.human_id), "s": sid})
 
     async with httpx.AsyncClient(base_url=board_server.url) as client:
         ok = await client.get("/todos", cookies={"sb_session": signed(11 * 3600)})
         assert ok.status_code == 200
         old = await client.get("/todos", cookies={"sb_session": signed(12 * 3600 + 60)})
         assert old.status_code == 303 and old.headers["location"].startswith("/login")
+        unknown = URLSafeTimedSerializer(secret, salt="switchboard-board-session").dumps(
+            {"h": str(human.human_id), "s": uuid.uuid4().hex})
+        assert (await client.get("/todos", cookies={"sb_session": unknown})).status_code == 303
         forged = signed(60)[:-2] + "xx"
         bad = await client.get("/todos", cookies={"sb_session": forged})
         assert bad.status_code == 303
@@ -289,6 +294,6 @@ def test_secret_is_kept_per_data_dir_with_mode_0600(tmp_path, pg_uri):
     app = create_app(make_settings(pg_uri, secret_key=None, data_dir=tmp_path / "d"))
     assert (tmp_path / "d" / SECRET_FILE).exists()
     sessions = app.state.ctx.shared["board"].sessions
-    value, session = sessions.issue(uuid.uuid4())
-    assert sessions.read(value) == session
+    session = Session(uuid.uuid4(), "a-session-id")
+    assert sessions.read(sessions.seal(session)) == session
     assert load_secret(None, tmp_path / "a") != load_secret(None, tmp_path / "d")

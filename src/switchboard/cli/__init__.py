@@ -6,7 +6,6 @@ invalid), 2 usage. Commands that act on todos, endpoints and tokens act as one h
 
 from __future__ import annotations
 
-import getpass
 import importlib
 import sys
 from typing import Optional
@@ -15,12 +14,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .account import token_app, user_app
 from .common import EXIT_USAGE, emit, fail_usage, human, read_json_arg, run, settings, usage_error
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Switchboard: a durable work queue for AI agents, spoken over MCP.")
-user_app = typer.Typer(no_args_is_help=True, help="Board accounts.")
-token_app = typer.Typer(no_args_is_help=True, help="Human API tokens (sbh_…).")
 endpoint_app = typer.Typer(no_args_is_help=True, help="Vend, list and revoke agent endpoints.")
 todo_app = typer.Typer(no_args_is_help=True, help="Push, inspect and steer todos.")
 settings_app = typer.Typer(no_args_is_help=True, help="Operator settings kept in the database.")
@@ -103,41 +101,6 @@ def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after 
         database_unreachable(exc)
     emit({"applied": applied}, as_json,
          lambda o: typer.echo("applied: " + ", ".join(applied) if applied else "database is up to date"))
-
-
-# ------------------------------------------------------------------------------------------- users
-
-@user_app.command("add")
-def user_add(name: str, password_stdin: bool = typer.Option(False, "--password-stdin",
-                                                            help="Read the password from standard input."),
-             as_json: bool = JsonOpt) -> None:
-    """Create a Board account."""
-    from ..core import humans
-
-    password = None
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\n")
-    elif sys.stdin.isatty():
-        password = getpass.getpass("password (empty for none): ") or None
-
-    async def work(core):
-        return await humans.add(core, name, password)
-
-    h = run(work)
-    emit({"user": h.name, "id": str(h.human_id)}, as_json, lambda o: typer.echo(f"created user {o['user']}"))
-
-
-@token_app.command("create")
-def token_create(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
-    """Create a human API token (shown once) for the producer API and the relay."""
-    from ..core import humans
-
-    async def work(core):
-        return await humans.create_token(core, await human(core, user))
-
-    token, row = run(work)
-    emit({"token": token, "prefix": row["prefix"], "user": user or settings().user}, as_json,
-         lambda o: typer.echo(f"{o['token']}\n(shown once; store it now)"))
 
 
 # --------------------------------------------------------------------------------------- endpoints

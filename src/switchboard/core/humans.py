@@ -1,7 +1,14 @@
-"""Humans (Board accounts, argon2id passwords) and their API tokens (`sbh_…`, stored as SHA-256)."""
+"""Humans (Board accounts, argon2id passwords) and their API tokens (`sbh_…`, stored as SHA-256).
+
+argon2 hashing and verification run in a worker thread (the C library releases the GIL), so a burst of
+sign-ins never holds the event loop; how many run at once is the Board's sign-in gate's business.
+A password change or disabling a human ends every Board session of that human in the same
+transaction; API tokens are listed and revoked here, and every request checks the database.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -9,6 +16,7 @@ import psycopg
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
+from . import human_sessions
 from .errors import Conflict, Invalid, NotFound
 from .models import Core, HumanCaller
 from .queries import Q
@@ -41,7 +49,7 @@ async def add(core: Core, name: Any, password: str | None = None) -> HumanCaller
     name = _name(name)
     if password is not None:
         password = _password(password)
-    pw_hash = _hasher.hash(password) if password else None
+    pw_hash = await _hash(password) if password else None
     try:
         async with core.pool.connection() as conn:
             cur = await conn.execute(Q.humans.insert, {"name": name, "password_hash": pw_hash})
@@ -69,7 +77,21 @@ async def by_id(core: Core, human_id: Any) -> HumanCaller | None:
     return HumanCaller(human_id=row["id"], name=row["name"]) if row else None
 
 
+async def _hash(password: str) -> str:
+    return await asyncio.to_thread(_hasher.hash, password)
+
+
+def _matches(stored: str, password: str) -> bool:
+    try:
+        return _hasher.verify(stored, password)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
 async def verify_password(core: Core, name: str, password: str) -> HumanCaller | None:
+    """The human when the password is theirs and the account is enabled; else None. An unknown name,
+    a password-less or disabled account cost one verification too, so timing does not tell them apart.
+    The verification runs in a worker thread."""
     row = None
     if isinstance(name, str) and _NAME.match(name):
         async with core.pool.connection() as conn:
@@ -79,19 +101,71 @@ async def verify_password(core: Core, name: str, password: str) -> HumanCaller |
         return None
     password = password.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     stored = row["password_hash"] if row and row["password_hash"] else _DUMMY_HASH
-    try:
-        _hasher.verify(stored, password)
-    except (VerificationError, InvalidHashError):
+    if not await asyncio.to_thread(_matches, stored, password):
         return None
-    if row is None or not row["password_hash"]:
+    if row is None or not row["password_hash"] or row["disabled_at"] is not None:
         return None
     return HumanCaller(human_id=row["id"], name=row["name"])
 
 
-async def set_password(core: Core, human: HumanCaller, password: str) -> None:
+async def set_password(core: Core, human: HumanCaller, password: str) -> int:
+    """Set a new password and end every Board session of the human (one transaction).
+    Returns how many live sessions were ended."""
     password = _password(password)
+    pw_hash = await _hash(password)
+    async with core.pool.connection() as conn, conn.transaction():
+        await conn.execute(Q.humans.set_password, {"id": human.human_id, "password_hash": pw_hash})
+        return await human_sessions.end_all(core, human.human_id, conn)
+
+
+async def is_disabled(core: Core, human: HumanCaller) -> bool:
     async with core.pool.connection() as conn:
-        await conn.execute(Q.humans.set_password, {"id": human.human_id, "password_hash": _hasher.hash(password)})
+        cur = await conn.execute(Q.humans.by_id, {"id": human.human_id})
+        row = await cur.fetchone()
+    return row is None or row["disabled_at"] is not None
+
+
+async def set_disabled(core: Core, human: HumanCaller, disabled: bool) -> int:
+    """Disable (or enable again) a human. Disabling refuses sign-in and API tokens and ends every
+    Board session (one transaction); returns how many live sessions were ended."""
+    async with core.pool.connection() as conn, conn.transaction():
+        await conn.execute(Q.humans.set_disabled, {"id": human.human_id, "disabled": bool(disabled)})
+        if disabled:
+            return await human_sessions.end_all(core, human.human_id, conn)
+    return 0
+
+
+def _token_row(row: dict) -> dict:
+    return {"id": str(row["id"]), "prefix": row["prefix"],
+            "created_at": row["created_at"].isoformat(),
+            "revoked_at": row["revoked_at"].isoformat() if row["revoked_at"] else None}
+
+
+async def list_tokens(core: Core, human: HumanCaller) -> list[dict]:
+    """The human's API tokens, newest first: id, display prefix, created_at, revoked_at."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.humans.tokens_of, {"human_id": human.human_id})
+        return [_token_row(r) for r in await cur.fetchall()]
+
+
+async def revoke_token(core: Core, human: HumanCaller, ref: Any) -> tuple[dict, bool]:
+    """Revoke one of the human's tokens, named by its id or its display prefix. Returns the token and
+    whether this call revoked it (False: it was revoked already). Another human's token is not found,
+    exactly like an unknown one."""
+    if not isinstance(ref, str) or not ref or len(ref) > 64:
+        raise NotFound("no token by that id or prefix", argument="token")
+    ref = ref.strip()
+    async with core.pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(Q.humans.tokens_matching, {"human_id": human.human_id, "ref": ref})
+        rows = await cur.fetchall()
+        if not rows:
+            raise NotFound("no token by that id or prefix", argument="token")
+        if len(rows) > 1:
+            raise Conflict("several tokens have that prefix; name the token by its id", argument="token")
+        was_revoked = rows[0]["revoked_at"] is not None
+        cur = await conn.execute(Q.humans.revoke_token, {"id": rows[0]["id"], "human_id": human.human_id})
+        row = await cur.fetchone()
+    return _token_row(row), not was_revoked
 
 
 async def create_token(core: Core, human: HumanCaller) -> tuple[str, dict]:

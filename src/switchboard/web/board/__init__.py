@@ -16,8 +16,8 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from ..app import AppContext, Component
-from . import endpoint_pages, live, login, queue_pages, todo_pages
-from .kit import Board
+from . import account_pages, endpoint_pages, live, login, queue_pages, todo_pages
+from .kit import Board, NavLink
 from .sessions import Sessions, load_secret
 
 STATIC = Path(__file__).parent / "static"
@@ -30,6 +30,7 @@ def component(ctx: AppContext) -> Component:
                   extra_nav=ctx.shared.setdefault("board_nav", []))
     hub = live.LiveHub(board)
     board.hub = hub  # type: ignore[attr-defined]
+    board.nav.append(NavLink("Account", "/account", "account"))
     ctx.shared["board"] = board
     unsubscribe = []
 
@@ -43,5 +44,6 @@ def component(ctx: AppContext) -> Component:
             unsubscribe.pop()()
 
     routes = [*login.routes(), *todo_pages.routes(), *live.routes(), *endpoint_pages.routes(),
-              *queue_pages.routes(), Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
+              *queue_pages.routes(), *account_pages.routes(),
+              Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
     return Component(name="board", routes=routes, start=start, stop=stop)

@@ -31,7 +31,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ...config import Settings
-from ...core import humans
 from ...core.models import Core, HumanCaller
 from .sessions import SESSION_COOKIE, Session, Sessions
 from .throttle import LoginThrottle
@@ -136,7 +135,7 @@ class Board:
         found = None
         session = self.sessions.read(request.cookies.get(SESSION_COOKIE))
         if session is not None:
-            human = await humans.by_id(self.core, session.human_id)
+            human = await self.sessions.resolve(self.core, session)  # live in the database
             if human is not None:
                 found = (human, session)
         request.scope["board_human"] = found

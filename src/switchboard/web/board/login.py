@@ -1,8 +1,11 @@
 """Sign-in, sign-out and the dev login (SYSTEM.md section 9).
 
 `POST /login` checks the sign-in form token first (403 when it is missing or wrong), then the
-throttle (429 while an account or address must wait), then the password. `POST /auth/dev-login`
-exists only when `SWITCHBOARD_DEV_LOGIN=1`; otherwise both its methods answer 404.
+throttle (429 while this account from this address, or this address, must wait; or while the global
+ceiling of password checks is reached), then the password in a worker thread behind a small gate
+(`throttle.py`). A successful sign-in starts a session in the database; `POST /logout` ends it for
+good. `POST /auth/dev-login` exists only when `SWITCHBOARD_DEV_LOGIN=1`; otherwise both its methods
+answer 404.
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ def _login_page(board: Board, request: Request, *, next_path: str, status: int =
     return response
 
 
-def _signed_in_response(board: Board, human_id, next_path: str) -> Response:  # noqa: ANN001
-    value, _ = board.sessions.issue(human_id)
+async def _signed_in_response(board: Board, human_id, next_path: str) -> Response:  # noqa: ANN001
+    value, _ = await board.sessions.start(board.core, human_id)
     response = RedirectResponse(next_path, status_code=303, headers=NO_STORE)
     response.set_cookie(SESSION_COOKIE, value, max_age=SESSION_SECONDS, **board.sessions.cookie_args())
     response.delete_cookie(LOGIN_COOKIE, **board.sessions.cookie_args())
@@ -77,27 +80,45 @@ async def login_submit(request: Request) -> Response:
         return _login_page(board, request, next_path=next_path, status=400, name=name,
                            error="Enter your user name and your password.")
     address = _client(request)
-    wait = board.throttle.wait_seconds(name, address)
-    if wait:
-        log.warning("sign-in throttled", extra={"reason": "throttled", "client": address})
+    account = name[:64]
+    human, refusal = await check_password(board, account, password[:1024], address)
+    if refusal is not None:
+        wait, message = refusal
         return _login_page(board, request, next_path=next_path, status=429, name=name,
-                           headers={"Retry-After": str(wait)},
-                           error=f"Too many failed sign-ins for this account or address. "
-                                 f"Try again in {wait} seconds.")
-    human = await humans.verify_password(board.core, name[:64], password[:1024])
+                           headers={"Retry-After": str(wait)}, error=message)
     if human is None:
-        board.throttle.failed(name, address)
         log.info("sign-in failed", extra={"reason": "bad_credentials", "client": address})
         return _login_page(board, request, next_path=next_path, status=401, name=name,
                            error="That user name and password do not match.")
-    board.throttle.succeeded(name)
     log.info("signed in", extra={"human": human.name})
-    return _signed_in_response(board, human.human_id, next_path)
+    return await _signed_in_response(board, human.human_id, next_path)
+
+
+async def check_password(board: Board, account: str, password: str, address: str | None):  # noqa: ANN201
+    """(human or None, None) after a password check, or (None, (retry after, message)) when the
+    throttle refuses to check it now. Used by sign-in and by the account page's password change."""
+    throttle = board.throttle
+    wait = throttle.wait_seconds(account, address)
+    if wait:
+        log.warning("sign-in throttled", extra={"reason": "throttled", "client": address})
+        return None, (wait, f"Too many failed sign-ins for this account from this address. "
+                            f"Try again in {wait} seconds.")
+    throttle.failed(account, address)  # counted before the check, so concurrent guesses see it
+    busy = throttle.admit()
+    if busy:
+        throttle.forgive(account, address)
+        log.warning("sign-in ceiling reached", extra={"reason": "busy", "client": address})
+        return None, (busy, f"Too many sign-ins on this server right now. Try again in {busy} seconds.")
+    async with throttle.verifying():
+        human = await humans.verify_password(board.core, account, password)
+    if human is not None:
+        throttle.succeeded(account, address)
+    return human, None
 
 
 @human_post
 async def logout(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
-    board.sessions.revoke(who[1])
+    await board.sessions.end(board.core, who[1])
     response = RedirectResponse("/login", status_code=303, headers=NO_STORE)
     response.delete_cookie(SESSION_COOKIE, **board.sessions.cookie_args())
     return response
@@ -122,7 +143,7 @@ async def dev_login(request: Request) -> Response:
             human = await humans.add(board.core, DEV_HUMAN, None)
         except Conflict:
             human = await humans.by_name(board.core, DEV_HUMAN)
-    return _signed_in_response(board, human.human_id, next_path)
+    return await _signed_in_response(board, human.human_id, next_path)
 
 
 async def _sign_in_form(board, request: Request):  # noqa: ANN001, ANN202

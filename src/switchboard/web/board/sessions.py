@@ -2,7 +2,9 @@
 
 - The session cookie `sb_session` is an itsdangerous-signed `{h: human id, s: session id}` with a
   12-hour lifetime, HttpOnly, SameSite=Lax, Path=/, and Secure when the base URL is https.
-- Logging out revokes the session id in this process, so the old cookie stops working at once.
+- The session itself lives in the database (`board_sessions`, the id stored as SHA-256) and is
+  checked on every request: signing out, a password change or disabling the human ends it in every
+  serving process and across restarts. A signed cookie whose session is not live is refused.
 - The CSRF token is HMAC-SHA256 over the session id: bound to the session, no storage.
 - The sign-in forms (password and dev login) carry a token that must equal the `sb_login` cookie, so
   a foreign page cannot sign a browser into another account (login CSRF).
@@ -16,19 +18,20 @@ import hashlib
 import hmac
 import os
 import secrets
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
+from ...core import human_sessions
+from ...core.models import Core, HumanCaller
+
 SESSION_COOKIE = "sb_session"
 LOGIN_COOKIE = "sb_login"
 SESSION_SECONDS = 12 * 3600
 LOGIN_FORM_SECONDS = 3600
 SECRET_FILE = "board-secret"
-_REVOKED_MAX = 100_000
 
 
 def load_secret(secret_key: str | None, data_dir: Path) -> bytes:
@@ -63,15 +66,21 @@ class Sessions:
         self.secure = secure
         self._serializer = URLSafeTimedSerializer(secret, salt="switchboard-board-session")
         self._csrf_key = hmac.new(secret, b"switchboard-csrf-key", hashlib.sha256).digest()
-        self._revoked: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------ sessions
 
-    def issue(self, human_id: UUID) -> tuple[str, Session]:
-        sid = secrets.token_urlsafe(24)
-        return self._serializer.dumps({"h": str(human_id), "s": sid}), Session(human_id, sid)
+    async def start(self, core: Core, human_id: UUID) -> tuple[str, Session]:
+        """Start a session in the database; returns the cookie value and the session."""
+        sid = await human_sessions.start(core, human_id, SESSION_SECONDS)
+        session = Session(human_id, sid)
+        return self.seal(session), session
+
+    def seal(self, session: Session) -> str:
+        """The signed cookie value for a session."""
+        return self._serializer.dumps({"h": str(session.human_id), "s": session.sid})
 
     def read(self, value: str | None) -> Session | None:
+        """The signed cookie's session, checked for signature and age only (see `resolve`)."""
         if not value or len(value) > 512:
             return None
         try:
@@ -79,15 +88,19 @@ class Sessions:
             session = Session(UUID(data["h"]), str(data["s"]))
         except (BadSignature, KeyError, TypeError, ValueError):
             return None
-        if session.sid in self._revoked:
-            return None
         return session
 
-    def revoke(self, session: Session) -> None:
-        now = time.time()
-        if len(self._revoked) >= _REVOKED_MAX:
-            self._revoked = {s: t for s, t in self._revoked.items() if t > now}
-        self._revoked[session.sid] = now + SESSION_SECONDS
+    @staticmethod
+    async def resolve(core: Core, session: Session) -> HumanCaller | None:
+        """The signed-in human when the session is live in the database and is that human's."""
+        human = await human_sessions.resolve(core, session.sid)
+        if human is None or human.human_id != session.human_id:
+            return None
+        return human
+
+    @staticmethod
+    async def end(core: Core, session: Session) -> None:
+        await human_sessions.end(core, session.sid)
 
     def cookie_args(self) -> dict:
         return {"httponly": True, "samesite": "lax", "secure": self.secure, "path": "/"}

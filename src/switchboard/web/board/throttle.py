@@ -1,20 +1,38 @@
-"""Failed sign-ins are slowed per account and per client address.
+"""Sign-in throttling and the password-check gate (docs/decisions.md, "Sign-in throttling").
 
-After a number of free failures, each further failure doubles the wait before the next attempt on
-that account or from that address (1 s, 2 s, 4 s ... at most 5 minutes). While a wait is running,
-sign-in answers 429 without checking the password, so guessing gains nothing. A success clears the
-account's count; an address clears after a quiet quarter of an hour.
+Failed sign-ins are counted per (account, client address) and per client address, never per account
+alone: guesses from one address slow that address down, and the account still signs in from any
+other address. After a number of free failures, each further failure doubles the wait before the next
+attempt with that key (1 s, 2 s, 4 s ... at most 5 minutes); while a wait runs, sign-in answers 429
+with `Retry-After` without checking the password. An attempt is counted when it starts, before the
+password is checked, so concurrent guesses cannot all slip past the count; a success takes its own
+count back and clears the (account, address) key. A key is forgotten after a quiet quarter of an hour.
+
+Above the keys, a global ceiling: password checks start at most `GLOBAL_RATE` a second (bucket of
+`GLOBAL_BURST`), whoever asks, and at most `VERIFY_CONCURRENCY` run at once in worker threads. Past
+the ceiling sign-in answers 429 for a second or two; this bounds what a guesser with many addresses
+can try against any account, and the CPU that argon2 takes from everything else the server does.
+
+The state is kept in this process's memory: a rate limit needs no durability, and with several
+serving processes each enforces its own limits (the ceiling multiplies by the number of processes).
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import AsyncIterator
 
-ACCOUNT_FREE_FAILURES = 5
+PAIR_FREE_FAILURES = 5
 ADDRESS_FREE_FAILURES = 20
 MAX_WAIT_SECONDS = 300
 FORGET_AFTER_SECONDS = 900
+GLOBAL_RATE = 10.0
+GLOBAL_BURST = 20
+VERIFY_CONCURRENCY = 1
 _MAX_KEYS = 50_000
 
 
@@ -25,14 +43,24 @@ class _Record:
 
 
 class LoginThrottle:
-    def __init__(self, clock=time.monotonic) -> None:  # noqa: ANN001
+    def __init__(self, clock=time.monotonic, *, rate: float = GLOBAL_RATE, burst: int = GLOBAL_BURST,  # noqa: ANN001
+                 concurrency: int = VERIFY_CONCURRENCY) -> None:
         self._clock = clock
         self._records: dict[str, _Record] = {}
+        self._rate = rate
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._refilled = clock()
+        self._concurrency = concurrency
+        self._gate: asyncio.Semaphore | None = None
+
+    # ------------------------------------------------------------------------- per-key counts
 
     @staticmethod
     def keys(account: str, address: str | None) -> list[tuple[str, int]]:
-        return [(f"account:{account.lower()}", ACCOUNT_FREE_FAILURES),
-                (f"address:{address or 'unknown'}", ADDRESS_FREE_FAILURES)]
+        where = address or "unknown"
+        return [(f"pair:{account.lower()}\x00{where}", PAIR_FREE_FAILURES),
+                (f"address:{where}", ADDRESS_FREE_FAILURES)]
 
     def _fresh(self, key: str) -> _Record | None:
         rec = self._records.get(key)
@@ -42,7 +70,7 @@ class LoginThrottle:
         return rec
 
     def wait_seconds(self, account: str, address: str | None) -> int:
-        """Seconds until the next attempt is allowed (0: go ahead)."""
+        """Seconds until the next attempt with this account from this address is allowed (0: go ahead)."""
         wait = 0.0
         for key, free in self.keys(account, address):
             rec = self._fresh(key)
@@ -50,9 +78,10 @@ class LoginThrottle:
                 continue
             delay = min(2 ** (rec.failures - free), MAX_WAIT_SECONDS)
             wait = max(wait, rec.last + delay - self._clock())
-        return max(0, int(wait + 0.999))
+        return max(0, math.ceil(wait))
 
     def failed(self, account: str, address: str | None) -> None:
+        """Count an attempt as failed (called when it starts; `succeeded` takes it back)."""
         now = self._clock()
         if len(self._records) >= _MAX_KEYS:
             self._records = {k: r for k, r in self._records.items() if now - r.last <= FORGET_AFTER_SECONDS}
@@ -64,5 +93,42 @@ class LoginThrottle:
                 rec.failures += 1
                 rec.last = now
 
-    def succeeded(self, account: str) -> None:
-        self._records.pop(f"account:{account.lower()}", None)
+    def forgive(self, account: str, address: str | None) -> None:
+        """Take back one counted attempt whose password was never checked."""
+        for key, _ in self.keys(account, address):
+            rec = self._records.get(key)
+            if rec is not None:
+                rec.failures -= 1
+                if rec.failures <= 0:
+                    del self._records[key]
+
+    def succeeded(self, account: str, address: str | None) -> None:
+        """The password was right: clear this account's count from this address, take back the
+        address's count for this attempt."""
+        pair, address_key = (key for key, _ in self.keys(account, address))
+        self._records.pop(pair, None)
+        rec = self._records.get(address_key)
+        if rec is not None:
+            rec.failures -= 1
+            if rec.failures <= 0:
+                del self._records[address_key]
+
+    # ------------------------------------------------------------------------ global ceiling
+
+    def admit(self) -> int:
+        """Take one password check from the global bucket: 0 when admitted, else seconds to wait."""
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._refilled) * self._rate)
+        self._refilled = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0
+        return max(1, math.ceil((1.0 - self._tokens) / self._rate))
+
+    @asynccontextmanager
+    async def verifying(self) -> AsyncIterator[None]:
+        """Hold one of the few password-check slots (the check itself runs in a worker thread)."""
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self._concurrency)
+        async with self._gate:
+            yield

@@ -1,0 +1,168 @@
+"""Accounts: `switchboard user add|passwd|disable|enable` and `switchboard token create|list|revoke`.
+
+Passwords come from a prompt on a terminal (asked twice) or from `--password-stdin`; an empty
+password is refused (`user add --no-password` makes a dev-login-only user explicitly), and end of
+input at the prompt is one line on stderr and exit 2. A password change or disabling a user ends
+every Board session of that user; a token revocation takes effect at once in every serving process,
+since every request checks the database.
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .common import emit, fail_usage, human, run, settings
+
+user_app = typer.Typer(no_args_is_help=True, help="Board accounts.")
+token_app = typer.Typer(no_args_is_help=True, help="Human API tokens (sbh_…).")
+
+console = Console()
+UserOpt = typer.Option(None, "--user", help="Act as this human (default: SWITCHBOARD_USER).")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON object.")
+PasswordStdinOpt = typer.Option(False, "--password-stdin", help="Read the password from standard input.")
+
+
+def read_password(password_stdin: bool) -> str:
+    """The new password: one line of standard input, or asked twice on a terminal. Never empty."""
+    if password_stdin:
+        line = sys.stdin.readline()
+        password = line.rstrip("\r\n") if line else ""
+        if not password:
+            fail_usage("no password on standard input (--password-stdin reads one line)")
+        return password
+    if not sys.stdin.isatty():
+        fail_usage("standard input is not a terminal: give the password with --password-stdin")
+    try:
+        password = getpass.getpass("password: ")
+        if not password:
+            fail_usage("a password is required (at least 8 characters); "
+                       "`user add --no-password` makes a dev-login-only user")
+        again = getpass.getpass("password again: ")
+    except (EOFError, KeyboardInterrupt):
+        sys.stderr.write("\n")
+        fail_usage("no password given (end of input)")
+    if again != password:
+        fail_usage("the two passwords differ")
+    return password
+
+
+# ------------------------------------------------------------------------------------------- users
+
+@user_app.command("add")
+def user_add(name: str, password_stdin: bool = PasswordStdinOpt,
+             no_password: bool = typer.Option(False, "--no-password",
+                                              help="No password: the user signs in only through the dev login."),
+             as_json: bool = JsonOpt) -> None:
+    """Create a Board account."""
+    from ..core import humans
+
+    if no_password and password_stdin:
+        fail_usage("--no-password and --password-stdin exclude each other")
+    settings()  # a configuration error is reported before any prompt
+    password = None if no_password else read_password(password_stdin)
+
+    async def work(core):
+        return await humans.add(core, name, password)
+
+    h = run(work)
+    emit({"user": h.name, "id": str(h.human_id), "password": password is not None}, as_json,
+         lambda o: typer.echo(f"created user {o['user']}" + ("" if o["password"] else " (no password: dev login only)")))
+
+
+@user_app.command("passwd")
+def user_passwd(name: str, password_stdin: bool = PasswordStdinOpt, as_json: bool = JsonOpt) -> None:
+    """Set a user's password; every Board session of that user ends."""
+    from ..core import humans
+
+    settings()
+    password = read_password(password_stdin)
+
+    async def work(core):
+        return await humans.set_password(core, await humans.by_name(core, name), password)
+
+    ended = run(work)
+    emit({"user": name, "sessions_ended": ended}, as_json,
+         lambda o: typer.echo(f"password changed for {name}; {ended} Board session(s) ended"))
+
+
+def _set_disabled(name: str, disabled: bool, as_json: bool) -> None:
+    from ..core import humans
+
+    async def work(core):
+        return await humans.set_disabled(core, await humans.by_name(core, name), disabled)
+
+    ended = run(work)
+    if disabled:
+        emit({"user": name, "disabled": True, "sessions_ended": ended}, as_json,
+             lambda o: typer.echo(f"disabled {name}; {ended} Board session(s) ended"))
+    else:
+        emit({"user": name, "disabled": False}, as_json, lambda o: typer.echo(f"enabled {name}"))
+
+
+@user_app.command("disable")
+def user_disable(name: str, as_json: bool = JsonOpt) -> None:
+    """Disable a user: no sign-in, every Board session ends, API tokens stop working (endpoints keep theirs)."""
+    _set_disabled(name, True, as_json)
+
+
+@user_app.command("enable")
+def user_enable(name: str, as_json: bool = JsonOpt) -> None:
+    """Enable a disabled user again (their unrevoked API tokens work again)."""
+    _set_disabled(name, False, as_json)
+
+
+# ------------------------------------------------------------------------------------------ tokens
+
+@token_app.command("create")
+def token_create(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Create a human API token (shown once) for the producer API and the relay."""
+    from ..core import humans
+
+    async def work(core):
+        return await humans.create_token(core, await human(core, user))
+
+    token, row = run(work)
+    emit({"token": token, "id": str(row["id"]), "prefix": row["prefix"], "user": user or settings().user}, as_json,
+         lambda o: typer.echo(f"{o['token']}\n(shown once; store it now)"))
+
+
+@token_app.command("list")
+def token_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """List your API tokens (id, prefix, created, revoked), newest first."""
+    from ..core import humans
+
+    async def work(core):
+        return await humans.list_tokens(core, await human(core, user))
+
+    rows = run(work)
+
+    def text(o: dict) -> None:
+        if not o["tokens"]:
+            typer.echo("no tokens")
+            return
+        table = Table("id", "prefix", "created", "revoked")
+        for t in o["tokens"]:
+            table.add_row(t["id"], t["prefix"], t["created_at"], t["revoked_at"] or "-")
+        console.print(table)
+
+    emit({"tokens": rows}, as_json, text)
+
+
+@token_app.command("revoke")
+def token_revoke(token: str = typer.Argument(..., metavar="ID_OR_PREFIX", help="The token's id or its prefix."),
+                 user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Revoke one of your API tokens; every serving process refuses it from the next request."""
+    from ..core import humans
+
+    async def work(core):
+        return await humans.revoke_token(core, await human(core, user), token)
+
+    row, now = run(work)
+    emit({"token": row, "revoked": now}, as_json,
+         lambda o: typer.echo(f"{'revoked' if now else 'already revoked'} {row['prefix']}… ({row['id']})"))
