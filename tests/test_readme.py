@@ -44,3 +44,15 @@ def _tour(tmp_path: Path) -> None:
     assert endpoint["credential"].startswith("sbk_") and endpoint["queues"] == ["inbox"]
     # The last command let go of the embedded server: nothing is left running on the data dir.
     assert not (tmp_path / "data" / "pgdata" / "postmaster.pid").exists()
+
+
+def test_the_tour_files_are_ignored_and_no_credential_is_written_into_a_config():
+    written = set(re.findall(r"> (\S+\.json)", _block_after("## A tour from the command line")))
+    assert written == {"endpoint.json", "todo.json"}
+    ignored = subprocess.run(["git", "check-ignore", *sorted(written)], cwd=ROOT, capture_output=True, text=True)
+    assert ignored.returncode == 0 and ignored.stdout.split() == sorted(written), ignored.stdout
+    text = (ROOT / "README.md").read_text()
+    mcp_json = re.search(r"a project `\.mcp\.json`:\n\n```json\n(.*?)```", text, re.S).group(1)
+    server = json.loads(mcp_json)["mcpServers"]["switchboard"]
+    assert server["headers"] == {"Authorization": "Bearer ${SWITCHBOARD_CREDENTIAL}"}
+    assert "sbk_" not in mcp_json
