@@ -1,6 +1,10 @@
 """Helpers for the MCP and producer-API tests: vending through the core, the official SDK client over
 HTTP (the SDK's transport takes an httpx2 client, which carries the bearer header), and a raw
-JSON-RPC client for status codes."""
+JSON-RPC client for status codes.
+
+Every tool result the SDK client returns here is checked with a JSON Schema validator: a success
+against the tool's declared output schema, an error (`isError`) as text matching the error body
+with no structured content. A shape drift then fails in these tests before it fails at an agent."""
 
 from __future__ import annotations
 
@@ -10,10 +14,13 @@ from dataclasses import dataclass, field
 
 import httpx
 import httpx2
+import jsonschema
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from switchboard.core import endpoints, humans, todos
+from switchboard.mcp import schemas
+from switchboard.mcp.tools import TOOLS
 
 ACCEPT = "application/json, text/event-stream"
 
@@ -63,13 +70,63 @@ async def sdk(base: str, agent: Agent, *, mode: str = "legacy", credential: str 
                               timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [remember]})
     async with http:
         async with Client(streamable_http_client(agent.url(base), http_client=http), mode=mode, **client_kw) as c:
-            yield c
+            yield Checked(c)
+
+
+def _validator(schema: dict) -> jsonschema.protocols.Validator:
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+_VALIDATORS = {name: _validator(tool.output_schema) for name, tool in TOOLS.items()}
+_ERROR_VALIDATOR = _validator(schemas.ERROR_BODY)
+
+
+def check_result(name: str, result, output_schema: dict | None = None) -> None:
+    """A tool result as any client sees it: a success is structured content valid against the tool's
+    output schema (the declared one, or `output_schema` as listed on the wire) with the same JSON as
+    text; an error has no structured content and its text is the error body."""
+    validator = _validator(output_schema) if output_schema is not None else _VALIDATORS.get(name)
+    if result.is_error:
+        assert result.structured_content is None, f"{name}: an error result carries structured content"
+        assert len(result.content) == 1 and result.content[0].type == "text"
+        _ERROR_VALIDATOR.validate(json.loads(result.content[0].text))
+        return
+    assert validator is not None, f"{name}: no output schema"
+    assert result.structured_content == json.loads(result.content[0].text)
+    validator.validate(result.structured_content)
+
+
+class Checked:
+    """The SDK client, with every `call_tool` result passed through `check_result`."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    async def call_tool(self, name: str, arguments: dict | None = None, *args, **kw):
+        result = await self._client.call_tool(name, arguments, *args, **kw)
+        check_result(name, result)
+        return result
 
 
 def body(result) -> dict:
-    """A tool result's structured content, checked to equal its text block."""
+    """A successful tool result's structured content, checked to equal its text block."""
+    assert not result.is_error, result.content[0].text
     assert result.structured_content == json.loads(result.content[0].text)
     return result.structured_content
+
+
+def error_body(result) -> dict:
+    """An error result's `error` object, read from its text: errors carry no structured content."""
+    assert result.is_error is True
+    assert result.structured_content is None
+    got = json.loads(result.content[0].text)
+    _ERROR_VALIDATOR.validate(got)
+    return got["error"]
 
 
 class Raw:

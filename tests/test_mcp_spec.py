@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 from conftest import make_settings, start_thread_server
-from mcp_support import body, push, sdk, vend
+from mcp_support import body, error_body, push, sdk, vend
 
 from switchboard.core import sweeps
 
@@ -35,8 +35,7 @@ async def todo_row(core, todo_id: str) -> dict:
 
 
 def err(result) -> dict:
-    assert result.is_error
-    return body(result)["error"]
+    return error_body(result)
 
 
 async def test_req1_fields_after_a_claim(core, server):
@@ -219,8 +218,7 @@ async def test_req10_foreign_todo_is_byte_identical_to_a_random_id(core, server)
             random = await cb.call_tool(verb, {"id": "td_00000000-0000-0000-0000-000000000000"})
             assert foreign.is_error and random.is_error, verb
             assert foreign.content[0].text == random.content[0].text, verb
-            assert foreign.structured_content == random.structured_content == {
-                "error": {"code": "not_found", "message": "todo not found"}}, verb
+            assert error_body(foreign) == error_body(random) == {"code": "not_found", "message": "todo not found"}, verb
     assert (await todo_row(core, t["id"]))["state"] == "claimed"
 
 

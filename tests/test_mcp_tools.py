@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import make_settings, start_thread_server
 from mcp.shared.exceptions import MCPError
-from mcp_support import body, push, sdk, vend
+from mcp_support import body, error_body, push, sdk, vend
 
 from switchboard.core import endpoints, todos
 from switchboard.core.models import DEFAULT_VERBS, VERBS
@@ -36,10 +36,9 @@ async def snapshot(core, *ids: str) -> list:
 
 
 def error_of(result) -> dict:
-    assert result.is_error is True
-    got = body(result)
-    assert set(got) == {"error"} and {"code", "message"} <= set(got["error"]) <= {"code", "message", "argument"}
-    return got["error"]
+    got = error_body(result)
+    assert {"code", "message"} <= set(got) <= {"code", "message", "argument"}
+    return got
 
 
 # ------------------------------------------------------------------------------------------- scope
@@ -254,10 +253,10 @@ async def test_fail_below_the_cap_schedules_a_retry(core, server):
     assert failed["state"] == "failed" and failed["dead_letter"] is False and failed["next_retry_at"]
 
 
-async def test_error_text_equals_structured_content(core, server):
+async def test_error_is_json_text_without_structured_content(core, server):
     a = await vend(core)
     async with sdk(server.url, a) as c:
         result = await c.call_tool("heartbeat", {"id": "td_nope"})
-    assert result.is_error
-    assert json.loads(result.content[0].text) == result.structured_content == {
-        "error": {"code": "not_found", "message": "todo not found"}}
+    assert result.is_error and result.structured_content is None
+    assert [block.type for block in result.content] == ["text"]
+    assert json.loads(result.content[0].text) == {"error": {"code": "not_found", "message": "todo not found"}}

@@ -254,3 +254,27 @@ GET_RESULT = {
 LIST_RESULT = {"type": "object", "description": "Todos newest first.",
                "properties": {"todos": {"type": "array", "items": TODO_COMPACT, "description": "Compact rows."}},
                "required": ["todos"]}
+
+ERROR_CODES = ["not_found", "conflict", "forbidden", "invalid", "internal"]
+
+# The JSON text of an error result (`isError: true`). It is not an output schema: error results carry
+# no structured content, so a client checking `structuredContent` against the tool's output schema
+# only ever sees success shapes (docs/decisions.md, D16).
+ERROR_BODY = {
+    "type": "object",
+    "description": "A refused call: the text of a tool result with isError true.",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "code": _t("string", "What kind of refusal; act on it.", enum=ERROR_CODES),
+                "message": _t("string", "What was wrong, for people; never carries an id, token or summary."),
+                "argument": _t("string", "The argument that was wrong (code invalid only)."),
+            },
+            "required": ["code", "message"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["error"],
+    "additionalProperties": False,
+}

@@ -3,9 +3,11 @@
 Everything per tool (input schema, output schema, the `tools/list` entry, the argument table) is built
 once at import. A call runs: scope check (a known verb outside the endpoint's scope is `forbidden`,
 nothing changes) → argument check (`invalid` naming the argument) → the core → the result as
-structured content and the same JSON as text. Errors are tool results with `isError: true` and the
-body `{"error": {"code", "message", "argument"?}}`; the core's messages never carry an id, a token,
-a summary or an artifact, so a foreign id and an unknown id give byte-identical bodies (REQ-10).
+structured content and the same JSON as text. Errors are tool results with `isError: true` whose one
+text block is the JSON `{"error": {"code", "message", "argument"?}}` and which carry no structured
+content: clients validate `structuredContent` against the tool's output schema, which describes the
+success shape only (docs/decisions.md, D16). The core's messages never carry an id, a token, a summary
+or an artifact, so a foreign id and an unknown id give byte-identical bodies (REQ-10).
 """
 
 from __future__ import annotations
@@ -193,18 +195,19 @@ def listing_for(caller: EndpointCaller) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------- calls
 
-def _content(body: dict, *, error: bool) -> dict:
-    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+def _text(body: dict) -> list[dict]:
+    return [{"type": "text", "text": json.dumps(body, separators=(",", ":"), ensure_ascii=False)}]
+
+
+def _content(body: dict) -> dict:
     # resultType is required on the 2026-07-28 wire; the SDK drops it on handshake-era connections.
-    out: dict[str, Any] = {"content": [{"type": "text", "text": text}], "structuredContent": body,
-                           "resultType": "complete"}
-    if error:
-        out["isError"] = True
-    return out
+    return {"content": _text(body), "structuredContent": body, "resultType": "complete"}
 
 
 def error_result(exc: CoreError) -> dict:
-    return _content({"error": exc.to_dict()}, error=True)
+    """An error as a tool result: the JSON body as text only. Structured content would be checked
+    against the success-only output schema by clients that validate error results too."""
+    return {"content": _text({"error": exc.to_dict()}), "isError": True, "resultType": "complete"}
 
 
 def _todo_of(result: dict) -> str | None:
@@ -237,4 +240,4 @@ async def call(core: Core, caller: EndpointCaller, tool: Tool, arguments: Any) -
     except Exception:
         log.exception("tool failed", extra={"verb": tool.name, "todo_id": logged_id})
         return Outcome(error_result(CoreError()), "internal", logged_id)
-    return Outcome(_content(result, error=False), "ok", _todo_of(result) or logged_id, result.get("attempt_seq"))
+    return Outcome(_content(result), "ok", _todo_of(result) or logged_id, result.get("attempt_seq"))
