@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench install browser clean
+.PHONY: run test bench install browser nginx clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,10 +28,22 @@ browser:
 	  fi; \
 	fi
 
+# Debian's nginx for the deployment test (tests/test_deploy_nginx.py); installed when missing and we are root.
+nginx:
+	@if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then \
+	  if [ "$$(id -u)" = "0" ]; then \
+	    echo "installing Debian's nginx for the deployment test"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx >/dev/null; \
+	  else \
+	    echo "nginx is missing: the deployment test will be skipped (install Debian's nginx)"; \
+	  fi; \
+	fi
+
 run: $(STAMP)
 	$(BIN)/switchboard serve
 
-test: $(STAMP) browser
+test: $(STAMP) browser nginx
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
