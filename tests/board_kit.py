@@ -37,7 +37,7 @@ class BoardServer:
         self.srv = srv
         self.uri = uri
         self.url = srv.url
-        self.board = srv.app.state.ctx.shared["board"]
+        self.board = srv.app.state.surfaces.board
 
     @property
     def core(self):  # noqa: ANN201

@@ -22,9 +22,8 @@ import psycopg
 import pytest
 
 from switchboard.config import Settings, load_settings
-from switchboard.core.models import Core
 from switchboard.db import migrate
-from switchboard.db.pool import open_pool
+from switchboard.runtime import open_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 KEEP_TABLES = {"schema_migrations", "settings"}
@@ -131,11 +130,9 @@ def clean_database(uri: str) -> None:
 
 @asynccontextmanager
 async def core_for(uri: str, **overrides):
-    pool = await open_pool(uri, min_size=1, max_size=20)
-    try:
-        yield Core(pool=pool, settings=make_settings(uri, **overrides))
-    finally:
-        await pool.close()
+    """The core of a runtime attached to an already migrated database (the app's and CLI's way in)."""
+    async with open_runtime(make_settings(uri, **overrides), migrate=False, min_size=1, max_size=20) as runtime:
+        yield runtime.core
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from switchboard.core import shapes, sweeps, todos
 from switchboard.core.errors import NotFound
 from switchboard.mcp import a2ui
 from switchboard.mcp import a2ui_documents as documents
-from switchboard.web.app import AppContext
+from switchboard.runtime import Runtime
 
 from core_world import attempt_rows, lapse, make_due, make_world, sql
 
@@ -305,13 +305,11 @@ def test_age_reads_in_two_units():
 # ------------------------------------------------------------------------------------- provider
 
 async def test_provider_is_registered_only_with_the_flag(core):
-    off = AppContext(settings=core.settings.model_copy(update={"a2ui": False}), core=core)
-    a2ui.component(off)
-    assert off.shared.get("resource_providers", []) == []
-    on = AppContext(settings=core.settings.model_copy(update={"a2ui": True}), core=core)
-    on.shared["resource_providers"] = []
-    a2ui.component(on)
-    (provider,) = on.shared["resource_providers"]
+    off = Runtime(core.settings.model_copy(update={"a2ui": False}), core=core)
+    assert a2ui.provider(off) is None
+    on = Runtime(core.settings.model_copy(update={"a2ui": True}), core=core)
+    provider = a2ui.provider(on)
+    assert provider is not None
     assert "switchboard://todo/{id}/a2ui" in provider.instructions()
 
     w = await make_world(core)

@@ -293,7 +293,7 @@ def test_secret_is_kept_per_data_dir_with_mode_0600(tmp_path, pg_uri):
 
     app = create_app(make_settings(pg_uri, secret_key=None, data_dir=tmp_path / "d"))
     assert (tmp_path / "d" / SECRET_FILE).exists()
-    sessions = app.state.ctx.shared["board"].sessions
+    sessions = app.state.surfaces.board.sessions
     session = Session(uuid.uuid4(), "a-session-id")
     assert sessions.read(sessions.seal(session)) == session
     assert load_secret(None, tmp_path / "a") != load_secret(None, tmp_path / "d")

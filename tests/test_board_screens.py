@@ -61,8 +61,8 @@ async def test_todos_screen_filters_pages_and_counts(board_server, browser):  # 
         await page.goto("/todos/new")
         assert await axe_violations(page) == []
         await screenshot(page, "new-todo")
-        # Another surface (the notify-hook delivery log) adds its link through ctx.shared["board_nav"].
-        slot = board_server.srv.app.state.ctx.shared["board_nav"]
+        # Another surface (the notify-hook delivery log) adds its link to the board it is given.
+        slot = board_server.srv.app.state.surfaces.board.extra_nav
         slot.append(("Hook deliveries", "/hooks/deliveries"))
         try:
             await page.goto("/todos/new")

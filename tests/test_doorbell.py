@@ -110,9 +110,9 @@ async def ringing(base: str, agent, *, channel: bool = True, subscribe: tuple[st
 async def stream_open(srv, inbox: Inbox, timeout: float = 10.0) -> None:
     """Wait until the server sees the session's GET stream (pushes before it would be dropped, P7)
     and has rung it for what was pending when it opened (so counts below are exact)."""
-    ctx = srv.app.state.ctx
+    mcp = srv.app.state.surfaces.mcp
     deadline = asyncio.get_running_loop().time() + timeout
-    while not (_stream_open(ctx, inbox.session_id) and inbox.session_id in bell(srv).welcomed):
+    while not (_stream_open(mcp, inbox.session_id) and inbox.session_id in bell(srv).welcomed):
         assert asyncio.get_running_loop().time() < deadline, "GET stream never opened"
         await asyncio.sleep(0.02)
 
@@ -125,7 +125,7 @@ def server(pg_uri):
 
 
 def bell(srv):
-    return srv.app.state.ctx.shared["doorbell"]
+    return srv.app.state.surfaces.doorbell
 
 
 def quiet_for(seconds: float):
@@ -252,12 +252,12 @@ async def test_unclaimed_todos_are_rerung_on_the_sweep_tick(core, server):
         await stream_open(server, inbox)
         t = await push(core, a, "nobody takes me")
         await inbox.wait(lambda: inbox.rings_for(t["id"]))
-        await sweeps.sweep_once(core, with_retention=False)  # not due at the real 5 minute interval
+        await sweeps.sweep_once(core, with_retention=False, on_tick=[b.rering])  # not due at the real 5 minute interval
         await quiet_for(0.3)
         assert len(inbox.rings_for(t["id"])) == 1
         b.rering_intervals = (0.0,)
         try:
-            await sweeps.sweep_once(core, with_retention=False)  # due now: rung again despite the gate
+            await sweeps.sweep_once(core, with_retention=False, on_tick=[b.rering])  # due now: rung again despite the gate
             await inbox.wait(lambda: len(inbox.rings_for(t["id"])) == 2)
         finally:
             b.rering_intervals = (300.0, 1200.0, 3600.0, 21600.0)

@@ -91,7 +91,7 @@ async def own_core(pg_server):
 @pytest.fixture(scope="module")
 def server(pg_uri):
     srv = start_thread_server(make_settings(pg_uri))  # hooks_allow_private: the receiver is local http
-    srv.app.state.ctx.shared["hook_sender"].retry_delays = (0.05, 0.1, 0.1)
+    srv.app.state.surfaces.hooks.retry_delays = (0.05, 0.1, 0.1)
     yield srv
     srv.stop()
 
@@ -187,7 +187,7 @@ async def test_a_4xx_is_not_retried_and_attempts_are_bounded(core, server, recei
     await delivered(core, 2)
     await asyncio.sleep(0.3)
     states = await sql(core, "SELECT state, attempts FROM hook_outbox ORDER BY id")
-    max_attempts = server.app.state.ctx.shared["hook_sender"].max_attempts
+    max_attempts = server.app.state.surfaces.hooks.max_attempts
     assert states == [{"state": "failed", "attempts": 1}, {"state": "failed", "attempts": max_attempts}]
     assert len(receiver.got) == 1 + max_attempts
 

@@ -197,7 +197,7 @@ async def test_instructions_carry_the_lease_contract(core, server):
 
 async def test_live_sessions_are_registered_tracked_and_removed(core, server):
     a = await vend(core, queues=["build", "deploy"])
-    registry = server.app.state.ctx.shared["sessions"]
+    registry = server.app.state.surfaces.mcp.sessions
     seen: list[str] = []
     async with sdk(server.url, a, sessions=seen) as c:
         await c.subscribe_resource("switchboard://queues/build")
@@ -215,7 +215,7 @@ async def test_channel_capability_is_recorded(core, server):
     raw = Raw(server.url, a.slug, a.credential)
     r = raw.initialize({"experimental": {"claude/channel": {}}})
     assert r.json()["result"]["capabilities"]["experimental"] == {"claude/channel": {}}
-    registry = server.app.state.ctx.shared["sessions"]
+    registry = server.app.state.surfaces.mcp.sessions
     live = await eventually(lambda: registry.get(raw.session_id))
     assert live.channel is True
     plain = Raw(server.url, a.slug, a.credential)
@@ -226,7 +226,7 @@ async def test_channel_capability_is_recorded(core, server):
 async def test_a_push_from_outside_any_request_reaches_the_get_stream(core, server):
     """ServerSession.send_notification with no related request goes out on the client's GET stream."""
     a = await vend(core)
-    registry = server.app.state.ctx.shared["sessions"]
+    registry = server.app.state.surfaces.mcp.sessions
     got = asyncio.Event()
     uris: list[str] = []
     server_loop: list = []
@@ -283,7 +283,7 @@ async def test_queue_resources_are_listed_and_read(core, server):
 
 
 async def test_resource_providers_plug_in(core, server):
-    """A provider in ctx.shared["resource_providers"] is listed, read and named in the instructions."""
+    """A provider the MCP surface holds is listed, read and named in the instructions."""
     from switchboard.core.errors import NotFound
 
     class Provider:
@@ -303,7 +303,7 @@ async def test_resource_providers_plug_in(core, server):
         def instructions(self):
             return "- Extra resources live under switchboard://extra/."
 
-    providers = server.app.state.ctx.shared["resource_providers"]
+    providers = server.app.state.surfaces.mcp.providers
     providers.append(Provider())
     try:
         a = await vend(core)

@@ -54,3 +54,22 @@ async def test_a_terminated_backend_is_replaced_at_checkout(pg_uri):
             assert (await cur.fetchone())["pid"] != old_pid
     finally:
         await pool.close()
+
+
+async def test_the_private_pool_shape_hot_first_relies_on_is_still_there(pg_uri):
+    """HotFirstPool overrides `_get_ready_connection(timeout)` and reorders the idle deque `_pool`;
+    both are private to psycopg_pool (pinned in pyproject.toml). A release that renames or reshapes
+    them fails here rather than silently falling back to first in, first out."""
+    import inspect
+    from collections import deque
+
+    from psycopg_pool import AsyncConnectionPool
+
+    base = AsyncConnectionPool._get_ready_connection
+    assert inspect.iscoroutinefunction(base)
+    assert list(inspect.signature(base).parameters) == ["self", "timeout"]
+    pool = await open_pool(pg_uri, min_size=2, max_size=2)
+    try:
+        assert isinstance(pool._pool, deque) and len(pool._pool) == 2
+    finally:
+        await pool.close()

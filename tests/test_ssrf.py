@@ -58,7 +58,7 @@ async def test_the_sender_refuses_them_after_resolving_at_every_attempt(core):
     strict = make_settings(core.settings.database_url, hooks_allow_private=False)
     srv = start_thread_server(strict)
     try:
-        sender = srv.app.state.ctx.shared["hook_sender"]
+        sender = srv.app.state.surfaces.hooks
         targets = [(f"https://[{address}]/h", why) for address, why in REFUSED]
         targets.append(("https://localhost/h", "loopback address"))  # a host name, resolved by the system
         for url, why in targets:

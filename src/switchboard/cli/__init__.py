@@ -6,7 +6,6 @@ invalid), 2 usage. Commands that act on todos, endpoints and tokens act as one h
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import Optional
 
@@ -14,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..relay import cli as relay_cli
+from . import hook as hook_cli
 from .account import token_app, user_app
 from .common import EXIT_USAGE, emit, fail_usage, human, read_json_arg, run, settings, usage_error
 
@@ -29,12 +30,9 @@ app.add_typer(todo_app, name="todo")
 app.add_typer(settings_app, name="settings")
 
 # Command groups that live beside their own feature (notify hooks, relay) plug in here.
-for _module, _name in (("switchboard.cli.hook", "hook"), ("switchboard.relay.cli", "relay")):
-    try:
-        app.add_typer(importlib.import_module(_module).app, name=_name)
-    except ModuleNotFoundError as _exc:  # pragma: no cover - feature not installed
-        if _exc.name != _module:
-            raise
+app.add_typer(hook_cli.app, name="hook")
+app.add_typer(relay_cli.app, name="relay")
+
 
 def _version(value: bool) -> None:
     if value:

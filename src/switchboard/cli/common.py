@@ -99,14 +99,14 @@ def settings():
 def run(work: Callable[..., Awaitable[Any]], *, migrate: bool = True) -> Any:
     """Open the core (embedded or external database), run `work(core)`, map core errors to exit 1."""
     from ..core.errors import CoreError
-    from ..db.database import open_core
     from ..db.migrate import MigrationError
+    from ..runtime import open_runtime
 
     cfg = settings()
 
     async def main() -> Any:
-        async with open_core(cfg, run_migrations=migrate, min_size=1, max_size=4) as core:
-            return await work(core)
+        async with open_runtime(cfg, migrate=migrate, min_size=1, max_size=4) as runtime:
+            return await work(runtime.core)
 
     try:
         return asyncio.run(main())

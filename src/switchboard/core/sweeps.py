@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Sequence
 
 from . import endpoints, events, settings_store
 from .models import Core
@@ -96,16 +97,17 @@ async def retention(core: Core) -> int:
     return deleted
 
 
-# Extra work for each tick (the doorbell's re-ring registers here); each gets the core.
-TICK_HOOKS: list = []
+TickHook = Callable[[Core], Awaitable[None]]
 
 
-async def sweep_once(core: Core, *, with_retention: bool = True) -> SweepReport:
+async def sweep_once(core: Core, *, with_retention: bool = True, on_tick: Sequence[TickHook] = ()) -> SweepReport:
+    """One pass. `on_tick`: extra work for the tick (the doorbell's re-ring), each called with the core;
+    a failing hook is logged and the pass goes on."""
     report = SweepReport()
     report.reaped = await reap(core)
     report.requeued = await requeue_due(core)
     report.expired_endpoints = await endpoints.expire_due(core)
-    for hook in list(TICK_HOOKS):
+    for hook in on_tick:
         try:
             await hook(core)
         except Exception:
@@ -115,14 +117,14 @@ async def sweep_once(core: Core, *, with_retention: bool = True) -> SweepReport:
     return report
 
 
-async def run_forever(core: Core, stop: asyncio.Event) -> None:
+async def run_forever(core: Core, stop: asyncio.Event, *, on_tick: Sequence[TickHook] = ()) -> None:
     """The `serve` loop: a sweep every tick, retention at start and then hourly."""
     loop = asyncio.get_running_loop()
     next_retention = loop.time()
     while not stop.is_set():
         try:
             due = loop.time() >= next_retention
-            report = await sweep_once(core, with_retention=due)
+            report = await sweep_once(core, with_retention=due, on_tick=on_tick)
             if due:
                 next_retention = loop.time() + core.settings.retention_interval_seconds
             if report.reaped or report.requeued or report.expired_endpoints or report.retention_deleted:

@@ -1,17 +1,16 @@
-"""Where the database is: SWITCHBOARD_DATABASE_URL, else the embedded server under the data dir."""
+"""Where the database is: SWITCHBOARD_DATABASE_URL, else the embedded server under the data dir.
+
+The pool and the core on top of it are opened by `switchboard.runtime.open_runtime`."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 import psycopg
 
 from ..config import Settings
 from . import embedded, migrate
-from .pool import open_pool
 
 log = logging.getLogger("switchboard.db")
 
@@ -40,25 +39,3 @@ class Database:
         async with await psycopg.AsyncConnection.connect(self.uri, autocommit=True) as conn:
             await conn.execute("SET client_min_messages = warning")
             return await migrate.migrate(conn, target=target)
-
-
-@asynccontextmanager
-async def open_core(settings: Settings, *, run_migrations: bool = True, min_size: int = 2,
-                    max_size: int = 10) -> AsyncIterator["Core"]:  # noqa: F821
-    """Start or attach to the database, migrate, open a pool, and yield the core context."""
-    from ..core.models import Core
-
-    db = Database(settings)
-    await db.start()
-    try:
-        if run_migrations:
-            await db.migrate()
-        pool = await open_pool(db.uri, min_size=min_size, max_size=max_size)
-        try:
-            core = Core(pool=pool, settings=settings)
-            core.database = db  # type: ignore[attr-defined]
-            yield core
-        finally:
-            await pool.close()
-    finally:
-        await db.stop()

@@ -8,6 +8,9 @@ The connection is not pooled: a pooled connection would lose its LISTEN when ret
 connection is lost, the listener reconnects with backoff and then calls the `on_reconnect` callbacks,
 because whatever was committed while it was away was never heard (reference: stack.md §7, P17).
 Notifications are hints: consumers re-read the database.
+
+The runtime (`switchboard.runtime`) owns the process's one listener and starts it once the database
+is known; consumers (the doorbell, the hook sender) `subscribe` to it when they are built.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ Resync = Callable[[], Awaitable[None]]
 class ReadyListener:
     """LISTEN on the ready channel; hand notifications to callbacks in batches."""
 
-    def __init__(self, uri: str, *, channel: str = READY_CHANNEL, backoff: tuple[float, float] = (0.2, 30.0)) -> None:
+    def __init__(self, uri: str = "", *, channel: str = READY_CHANNEL, backoff: tuple[float, float] = (0.2, 30.0)) -> None:
         self.uri = uri
         self.channel = channel
         self.backoff = backoff
@@ -44,7 +47,26 @@ class ReadyListener:
         self._worker: asyncio.Task | None = None
         self._queue: asyncio.Queue[dict] = asyncio.Queue()
 
-    async def start(self) -> None:
+    def subscribe(self, *, on_batch: Batch | None = None, on_reconnect: Resync | None = None) -> Callable[[], None]:
+        """Register callbacks for wake-up batches and for reconnections; returns the unsubscribe call."""
+        if on_batch is not None:
+            self.on_batch.append(on_batch)
+        if on_reconnect is not None:
+            self.on_reconnect.append(on_reconnect)
+
+        def unsubscribe() -> None:
+            if on_batch is not None and on_batch in self.on_batch:
+                self.on_batch.remove(on_batch)
+            if on_reconnect is not None and on_reconnect in self.on_reconnect:
+                self.on_reconnect.remove(on_reconnect)
+
+        return unsubscribe
+
+    async def start(self, uri: str | None = None) -> None:
+        if uri is not None:
+            self.uri = uri
+        if not self.uri:
+            raise ValueError("the listener needs a database URI")
         if self._task is None:
             self._task = asyncio.create_task(self._listen_forever(), name="listen-ready")
             self._worker = asyncio.create_task(self._deliver_forever(), name="listen-deliver")

@@ -21,17 +21,14 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from mcp import types
 
-from ..core import todos
+from ..core import inputs, todos
 from ..core.errors import Invalid, NotFound
 from ..core.models import EndpointCaller
-
-if TYPE_CHECKING:
-    from ..web.app import AppContext, Component
+from ..runtime import Runtime
 
 MIME_TYPE = "application/a2ui+json"
 QUEUE_TEMPLATE = "switchboard://queue/{name}/a2ui"
@@ -39,7 +36,7 @@ TODO_TEMPLATE = "switchboard://todo/{id}/a2ui"
 
 QUEUE_CARDS_MAX = 50  # pending todos shown on one queue surface
 TODO_RESOURCES_LISTED = 20  # most recent todos offered in resources/list
-TODO_ATTEMPTS_SHOWN = todos.ATTEMPTS_LIMIT_MAX
+TODO_ATTEMPTS_SHOWN = inputs.ATTEMPTS_LIMIT_MAX
 
 # `?w=N` is a width hint some hosts append; it is accepted and ignored.
 _URI = re.compile(r"^switchboard://(queue|todo)/([^/?#]+)/a2ui(?:\?w=\d{1,5})?$")
@@ -70,7 +67,7 @@ async def read_queue(core, caller: EndpointCaller, name: str, *, now: datetime |
     A queue outside the caller's grant is NotFound, like an unknown one."""
     if "list_todos" not in caller.verbs or name not in caller.queues:
         raise NotFound("queue not found", op="a2ui_queue")
-    rows = await todos.list_for_endpoint(core, caller, queue=name, state="pending", limit=todos.LIST_LIMIT_MAX)
+    rows = await todos.list_for_endpoint(core, caller, queue=name, state="pending", limit=inputs.LIST_LIMIT_MAX)
     rows.sort(key=lambda r: (r["created_at"], r["id"]))
     cards = []
     for row in rows[:QUEUE_CARDS_MAX]:
@@ -88,12 +85,12 @@ async def read_queue(core, caller: EndpointCaller, name: str, *, now: datetime |
 class A2uiResources:
     """The ResourceProvider (mcp/resources.py) for the two A2UI resource kinds."""
 
-    def __init__(self, ctx: "AppContext") -> None:
-        self._ctx = ctx
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
 
     @property
     def _enabled(self) -> bool:
-        return bool(self._ctx.settings.a2ui)
+        return bool(self._runtime.settings.a2ui)
 
     async def list_resources(self, caller: EndpointCaller) -> list:
         if not self._enabled:
@@ -105,7 +102,7 @@ class A2uiResources:
                     uri=QUEUE_TEMPLATE.format(name=name), name=f"queue {name} (A2UI)", mime_type=MIME_TYPE,
                     description=f"Pending todos in queue {name}, as cards: title, age, attempt counter, "
                                 "last outcome."))
-            recent = await todos.list_for_endpoint(self._ctx.core, caller, limit=TODO_RESOURCES_LISTED)
+            recent = await todos.list_for_endpoint(self._runtime.core, caller, limit=TODO_RESOURCES_LISTED)
             for todo in recent:
                 out.append(types.Resource(
                     uri=TODO_TEMPLATE.format(id=todo["id"]), name=f"todo {todo['id']} (A2UI)",
@@ -135,9 +132,9 @@ class A2uiResources:
             return None
         kind, key = match.group(1), unquote(match.group(2))
         if kind == "todo":
-            messages = await read_todo(self._ctx.core, caller, key)
+            messages = await read_todo(self._runtime.core, caller, key)
         else:
-            messages = await read_queue(self._ctx.core, caller, key)
+            messages = await read_queue(self._runtime.core, caller, key)
         from .a2ui_documents import dumps
 
         return MIME_TYPE, dumps(messages)
@@ -146,11 +143,10 @@ class A2uiResources:
         return INSTRUCTIONS if self._enabled else None
 
 
-def component(ctx: "AppContext") -> "Component":
-    from ..web.app import Component
+def provider(runtime: Runtime) -> A2uiResources | None:
+    """The resource provider for the MCP surface when `SWITCHBOARD_A2UI` is on; None when off."""
+    if not runtime.settings.a2ui:
+        return None
+    from . import a2ui_documents  # noqa: F401  (load the A2UI packages at start, not on the first read)
 
-    if ctx.settings.a2ui:
-        from . import a2ui_documents  # noqa: F401  (load the A2UI packages at start, not on the first read)
-
-        ctx.shared.setdefault("resource_providers", []).append(A2uiResources(ctx))
-    return Component(name="a2ui")
+    return A2uiResources(runtime)

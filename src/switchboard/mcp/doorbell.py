@@ -4,14 +4,19 @@ Every transition that makes a todo claimable (created, released, re-queued by th
 retry scheduler, manually retried) sends a wake-up at commit through PostgreSQL (`db/listen.py`), so
 a todo committed by any process (another server, the CLI, a sweep) rings the sessions this process
 holds. For each ready todo the sessions of its endpoint whose queues include the todo's queue get
-- `notifications/resources/updated` for `switchboard://queues/<queue>` when they subscribed to it,
+- `notifications/resources/updated` for the queue's resource (`resources.QUEUE_URI`) when they
+  subscribed to it,
 - `notifications/claude/channel` (one line naming the todo id, queue and title; no payload, no
   secrets) when the client declared the experimental `claude/channel` capability.
 
 A per-todo gate suppresses a second ring of the same todo within `doorbell_gate_seconds`; a
 re-queue or release clears the todo's gate entry first, so quick failures ring again (SPEC-0034
-REQ-16). Pending todos nobody claims are re-rung on a widening interval (`core.rings`), and a session
-that opens its stream is rung for the oldest pending todos in its scope.
+REQ-16). Pending todos nobody claims are re-rung on a widening interval (`core.rings`, on the sweep
+tick: the component's `on_tick`), and a session that opens its stream is rung for the oldest pending
+todos in its scope.
+
+The doorbell is built with the runtime's LISTEN connection (`runtime.listener`), the MCP surface
+whose sessions it rings, and an optional counter for the rings (the metrics surface's).
 """
 
 from __future__ import annotations
@@ -20,16 +25,18 @@ import asyncio
 import logging
 import re
 import time
-from typing import Any
+from typing import Any, Callable
 
-from ..core import rings, sweeps
+from ..core import rings
+from ..core.models import Core
 from ..db.listen import ReadyListener
-from ..web.app import AppContext, Component
-from .sessions import LiveSession, SessionRegistry
+from ..runtime import Component, Runtime
+from .resources import queue_uri
+from .server import McpSurface, connection_of
+from .sessions import LiveSession
 
 log = logging.getLogger("switchboard.doorbell")
 
-QUEUE_URI = "switchboard://queues/"
 CHANNEL_METHOD = "notifications/claude/channel"
 REQUEUE_REASONS = ("released", "requeued", "retried")
 RESYNC_PER_ENDPOINT = 16
@@ -63,7 +70,7 @@ def channel_params(todo: dict) -> dict:
     return {"content": content, "meta": meta}
 
 
-def _stream_open(ctx: AppContext, session_id: str) -> bool | None:
+def _stream_open(mcp: McpSurface, session_id: str) -> bool | None:
     """Whether a session's GET notification stream is open (None when we cannot tell).
 
     Notifications sent without an open stream vanish (stack.md P7). The SDK has no public way to
@@ -72,7 +79,7 @@ def _stream_open(ctx: AppContext, session_id: str) -> bool | None:
     try:
         from mcp.server.streamable_http import GET_STREAM_KEY
 
-        manager = ctx.shared["mcp"].manager
+        manager = mcp.manager
         transport = manager._server_instances.get(session_id)  # noqa: SLF001
         return transport is not None and GET_STREAM_KEY in transport._request_streams  # noqa: SLF001
     except Exception:
@@ -80,12 +87,15 @@ def _stream_open(ctx: AppContext, session_id: str) -> bool | None:
 
 
 class Doorbell:
-    def __init__(self, ctx: AppContext) -> None:
-        self.ctx = ctx
-        self.sessions: SessionRegistry | None = ctx.shared.get("sessions")
-        self.listener = ReadyListener("")
-        ctx.shared["ready_listener"] = self.listener
-        ctx.shared["doorbell"] = self
+    def __init__(self, runtime: Runtime, *, listener: ReadyListener, mcp: McpSurface,
+                 count_rings: Callable[[int], None] | None = None) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.mcp = mcp
+        self.sessions = mcp.sessions
+        self.listener = listener
+        self.count_rings = count_rings
+        self._unlisten: Callable[[], None] | None = None
         self.gate: dict[str, float] = {}
         self.rering_intervals: tuple[float, ...] = rings.RERING_INTERVALS
         self.stats = {"rung": 0, "gated": 0, "notifications": 0}
@@ -97,27 +107,22 @@ class Doorbell:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.listener.uri = self.ctx.shared["database_uri"]
-        self.listener.on_batch.append(self.on_wakeups)
-        self.listener.on_reconnect.append(self.resync)
-        if self.sessions is not None:
-            self.sessions.on_added.append(self.on_session_added)
-        sweeps.TICK_HOOKS.append(self.rering)
-        await self.listener.start()
+        self._unlisten = self.listener.subscribe(on_batch=self.on_wakeups, on_reconnect=self.resync)
+        self.sessions.on_added.append(self.on_session_added)
 
     async def stop(self) -> None:
-        if self.rering in sweeps.TICK_HOOKS:
-            sweeps.TICK_HOOKS.remove(self.rering)
-        if self.sessions is not None and self.on_session_added in self.sessions.on_added:
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+        if self.on_session_added in self.sessions.on_added:
             self.sessions.on_added.remove(self.on_session_added)
         for task in list(self._tasks):
             task.cancel()
-        await self.listener.stop()
 
     # ----------------------------------------------------------------------------------- gate
 
     def _gated(self, todo_id: str) -> bool:
-        window = self.ctx.settings.doorbell_gate_seconds
+        window = self.settings.doorbell_gate_seconds
         rung_at = self.gate.get(todo_id)
         return rung_at is not None and time.monotonic() - rung_at < window
 
@@ -125,13 +130,13 @@ class Doorbell:
         now = time.monotonic()
         self.gate[todo_id] = now
         if len(self.gate) > 10_000:  # forget expired entries
-            window = self.ctx.settings.doorbell_gate_seconds
+            window = self.settings.doorbell_gate_seconds
             self.gate = {k: v for k, v in self.gate.items() if now - v < window}
 
     # ---------------------------------------------------------------------------------- rings
 
     def _local_endpoints(self) -> set[str]:
-        return {s.endpoint_id for s in self.sessions.all()} if self.sessions is not None else set()
+        return {s.endpoint_id for s in self.sessions.all()}
 
     async def on_wakeups(self, batch: list[dict]) -> None:
         """Wake-ups from any process: clear the gate of re-queued todos, then ring the ready ones."""
@@ -144,14 +149,12 @@ class Doorbell:
         wanted = {tid: n for tid, n in latest.items() if str(n.get("endpoint_id")) in local}
         if not wanted:
             return
-        for todo in await rings.pending_by_ids(self.ctx.core, wanted):
+        for todo in await rings.pending_by_ids(self.runtime.core, wanted):
             forced = wanted[todo["id"]].get("reason") == "rering"
             await self.ring(todo, use_gate=not forced)
 
     async def ring(self, todo: dict, *, use_gate: bool = True, only: list[LiveSession] | None = None) -> int:
         """Notify the in-scope sessions of a ready todo. Returns how many notifications went out."""
-        if self.sessions is None:
-            return 0
         todo_id = str(todo["id"])
         if use_gate and self._gated(todo_id):
             self.stats["gated"] += 1
@@ -160,7 +163,7 @@ class Doorbell:
         targets = [s for s in targets if todo["queue"] in s.caller.queues]
         if only is None:
             self._mark(todo_id)
-        uri = QUEUE_URI + todo["queue"]
+        uri = queue_uri(todo["queue"])
         sends = []
         for live in targets:
             if uri in live.subscriptions:
@@ -173,14 +176,11 @@ class Doorbell:
         sent = sum(1 for ok in results if ok)
         self.stats["rung"] += 1
         self.stats["notifications"] += sent
-        metrics = self.ctx.shared.get("metrics")
-        if metrics is not None:
-            metrics.doorbell_rings(sent)
+        if self.count_rings is not None:
+            self.count_rings(sent)
         return sent
 
     async def _send(self, live: LiveSession, method: str, params: dict) -> bool:
-        from .server import connection_of
-
         try:
             await asyncio.wait_for(connection_of(live.session).notify(method, params), SEND_TIMEOUT)
             return True
@@ -192,13 +192,13 @@ class Doorbell:
 
     async def resync(self) -> None:
         """After a lost LISTEN connection: ring what may have been missed (the gate still applies)."""
-        if self.sessions is None or self.ctx.core is None:
+        if not self.runtime.is_open:
             return
         by_endpoint: dict[str, set[str]] = {}
         for live in self.sessions.all():
             by_endpoint.setdefault(live.endpoint_id, set()).update(live.caller.queues)
         for endpoint_id, queues in by_endpoint.items():
-            for todo in await rings.oldest_pending(self.ctx.core, endpoint_id, sorted(queues), RESYNC_PER_ENDPOINT):
+            for todo in await rings.oldest_pending(self.runtime.core, endpoint_id, sorted(queues), RESYNC_PER_ENDPOINT):
                 await self.ring(todo)
 
     def on_session_added(self, live: LiveSession) -> None:
@@ -210,18 +210,18 @@ class Doorbell:
         """Ring a session that just opened its stream for the oldest pending todos in its scope."""
         deadline = time.monotonic() + wait
         while True:
-            state = _stream_open(self.ctx, live.session_id)
+            state = _stream_open(self.mcp, live.session_id)
             if state is None:
                 await asyncio.sleep(0.5)  # cannot tell: give the client a moment to open its stream
                 break
             if state:
                 break
-            if time.monotonic() > deadline or self.sessions is None or self.sessions.get(live.session_id) is None:
+            if time.monotonic() > deadline or self.sessions.get(live.session_id) is None:
                 self.welcomed.add(live.session_id)
                 return
             await asyncio.sleep(0.05)
         try:
-            todos = await rings.oldest_pending(self.ctx.core, live.endpoint_id, list(live.caller.queues),
+            todos = await rings.oldest_pending(self.runtime.core, live.endpoint_id, list(live.caller.queues),
                                                WELCOME_LIMIT)
             for todo in todos:
                 await self.ring(todo, use_gate=False, only=[live])
@@ -232,16 +232,16 @@ class Doorbell:
                 self.welcomed.clear()
             self.welcomed.add(live.session_id)
 
-    async def rering(self, core: Any = None) -> None:
-        """Sweep tick (`sweeps.TICK_HOOKS`, called with the sweeping core): count a re-ring on due
-        pending todos of endpoints with sessions here; the wake-ups their statement sends at commit
-        ring every process's sessions."""
+    async def rering(self, core: Core | None = None) -> None:
+        """Sweep tick (the component's `on_tick`, called with the sweeping core): count a re-ring on
+        due pending todos of endpoints with sessions here; the wake-ups their statement sends at
+        commit ring every process's sessions."""
         endpoints = self._local_endpoints()
-        core = core or self.ctx.core
+        if core is None and self.runtime.is_open:
+            core = self.runtime.core
         if endpoints and core is not None:
             await rings.rering_due(core, endpoints, intervals=self.rering_intervals)
 
 
-def component(ctx: AppContext) -> Component:
-    bell = Doorbell(ctx)
-    return Component(name="doorbell", start=bell.start, stop=bell.stop)
+def component(bell: Doorbell) -> Component:
+    return Component(name="doorbell", start=bell.start, stop=bell.stop, on_tick=bell.rering)

@@ -1,5 +1,7 @@
-"""Pluggable MCP resources. The MCP server component publishes a list as
-`ctx.shared["resource_providers"]`; other components (A2UI) append a provider at construction time.
+"""MCP resources: the queue resource every endpoint has, and pluggable providers for more.
+
+The MCP server (`server.py`) is built with its list of providers (the composition root in
+`web/app.py` passes A2UI's when the flag is on).
 
 `resources/list`, `resources/templates/list` and `resources/read` ask every provider in order; a read
 that no provider answers is the same not-found error for every unknown or foreign URI.
@@ -10,6 +12,18 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..core.models import EndpointCaller
+
+QUEUE_URI = "switchboard://queues/{queue}"  # live counts of one queue; the doorbell's subscription key
+_QUEUE_PREFIX = QUEUE_URI.split("{", 1)[0]
+
+
+def queue_uri(queue: str) -> str:
+    return QUEUE_URI.format(queue=queue)
+
+
+def queue_of(uri: str) -> str | None:
+    """The queue a queue-resource URI names, or None for any other URI."""
+    return uri[len(_QUEUE_PREFIX):] if uri.startswith(_QUEUE_PREFIX) else None
 
 
 class ResourceProvider(Protocol):

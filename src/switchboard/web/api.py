@@ -29,7 +29,7 @@ from starlette.routing import Route
 from ..core import endpoints, humans, producer, todos
 from ..core.errors import CoreError, Invalid
 from ..core.models import HumanCaller
-from .app import AppContext, Component
+from ..runtime import Component
 
 log = logging.getLogger("switchboard.api")
 
@@ -187,7 +187,7 @@ async def act_on_todo(request: Request, human: HumanCaller) -> Response:
     return JSONResponse({"todo": todo})
 
 
-def component(ctx: AppContext) -> Component:
+def component() -> Component:
     return Component(name="api", routes=[
         Route("/api/v1/endpoints", list_endpoints, methods=["GET"]),
         Route("/api/v1/endpoints/{slug}/todos", push_todo, methods=["POST"]),

@@ -1,19 +1,23 @@
-"""The Starlette application: one lifespan that owns the database, the core, the sweeps and every
-surface component.
+"""The composition root: the Starlette application, every surface built explicitly, one lifespan.
 
-A component is a module under `switchboard` with `def component(ctx: AppContext) -> Component`.
-Components contribute routes, may wrap the ASGI app (outermost last), and get start/stop calls inside
-the lifespan, in order (stop in reverse).
+`create_app(settings)` builds a `Runtime` (not yet open), then each surface with the collaborators
+it needs passed in: the hook sender gets the runtime's LISTEN connection and the metrics; the MCP
+surface gets its resource providers (A2UI's when the flag is on) and the tool-call histogram; the
+doorbell gets the listener, the MCP surface whose sessions it rings and the ring counter; the Board
+gets the runtime. A surface that cannot be built stops the app with `CompositionError` naming it.
+
+The lifespan opens the runtime (`open_runtime(..., listen=True)`), starts the components in order,
+runs the sweeps with every component's `on_tick`, and on the way out stops them in reverse.
+Components contribute routes and may wrap the ASGI app (outermost last: security's headers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable, TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,112 +27,120 @@ from starlette.types import ASGIApp
 
 from ..config import Settings
 from ..core import health, sweeps
-from ..core.models import Core
-from ..db.database import Database
-from ..db.pool import open_pool
+from ..mcp import a2ui as mcp_a2ui
+from ..mcp import doorbell as mcp_doorbell
+from ..mcp import server as mcp_server
+from ..runtime import Component, Runtime, open_runtime
+from . import api as web_api
+from . import board as web_board
+from . import hooks as web_hooks
+from . import hosts as web_hosts
+from . import metrics as web_metrics
+from . import security as web_security
+from .board.kit import Board
 
 log = logging.getLogger("switchboard.web")
 
-# Surface components, in start order. Missing modules are skipped (a feature not built yet).
-COMPONENTS = (
-    "switchboard.web.metrics",
-    "switchboard.web.hooks",
-    "switchboard.mcp.server",
-    "switchboard.mcp.doorbell",
-    "switchboard.mcp.a2ui",
-    "switchboard.web.api",
-    "switchboard.web.board",
-    "switchboard.web.security",  # last: its wrap is outermost, so every response gets the headers
-)
+T = TypeVar("T")
 
 
-@dataclass
-class AppContext:
-    """Shared by the components of one process: the core and anything they publish to each other."""
-
-    settings: Settings
-    core: Core | None = None
-    shared: dict[str, Any] = field(default_factory=dict)
+class CompositionError(RuntimeError):
+    """A surface could not be built; the app does not start without it."""
 
 
-@dataclass
-class Component:
-    name: str
-    routes: list[BaseRoute] = field(default_factory=list)
-    wrap: Callable[[ASGIApp], ASGIApp] | None = None
-    start: Callable[[], Awaitable[None]] | None = None
-    stop: Callable[[], Awaitable[None]] | None = None
+@dataclass(frozen=True)
+class Surfaces:
+    """The surfaces of one app, typed; `app.state.surfaces`."""
+
+    metrics: web_metrics.MetricsSurface
+    hooks: web_hooks.HookSender
+    mcp: mcp_server.McpSurface
+    a2ui: mcp_a2ui.A2uiResources | None
+    doorbell: mcp_doorbell.Doorbell
+    board: Board
 
 
-def _load_components(ctx: AppContext, names: tuple[str, ...]) -> list[Component]:
-    out = []
-    for name in names:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        if hasattr(module, "component"):
-            out.append(module.component(ctx))
-    return out
+def _build(name: str, make: Callable[[], T]) -> T:
+    try:
+        return make()
+    except Exception as exc:
+        raise CompositionError(f"the {name} surface could not be built: {exc}") from exc
+
+
+def compose(runtime: Runtime) -> tuple[Surfaces, list[Component]]:
+    """Build every surface with its collaborators; the components in start order."""
+    metrics = _build("metrics", lambda: web_metrics.MetricsSurface(runtime))
+    hooks = _build("hooks", lambda: web_hooks.HookSender(runtime, listener=runtime.listener,
+                                                          metrics=metrics.metrics))
+    a2ui = _build("a2ui", lambda: mcp_a2ui.provider(runtime))
+    mcp = _build("mcp", lambda: mcp_server.McpSurface(
+        runtime, providers=[a2ui] if a2ui is not None else [],
+        observe_tool_call=metrics.metrics.observe_tool_call))
+    doorbell = _build("doorbell", lambda: mcp_doorbell.Doorbell(
+        runtime, listener=runtime.listener, mcp=mcp, count_rings=metrics.metrics.doorbell_rings))
+    board = _build("board", lambda: web_board.build(runtime))
+    metrics.metrics.registry.register(mcp.gateway.sessions_cap)  # live MCP sessions, evictions
+    surfaces = Surfaces(metrics=metrics, hooks=hooks, mcp=mcp, a2ui=a2ui, doorbell=doorbell, board=board)
+    components = [
+        web_metrics.component(metrics),
+        web_hooks.component(hooks),
+        mcp_server.component(mcp),
+        mcp_doorbell.component(doorbell),
+        web_api.component(),
+        web_board.component(board, runtime),
+        web_security.component(),  # its wrap adds the security headers to every response
+        web_hosts.component(runtime.settings),  # last: outermost, the Host allow-list before any routing
+    ]
+    return surfaces, components
 
 
 async def healthz(request: Request) -> JSONResponse:
-    ctx: AppContext = request.app.state.ctx
-    if await health.database_reachable(ctx.core):  # type: ignore[arg-type]
+    runtime: Runtime = request.app.state.ctx
+    if await health.database_reachable(runtime.core):
         return JSONResponse({"status": "ok", "database": "ok"})
     return JSONResponse({"status": "degraded", "database": "unreachable"}, status_code=503)
 
 
-def create_app(settings: Settings, *, components: tuple[str, ...] = COMPONENTS,
-               on_ready: Callable[[AppContext], None] | None = None) -> Starlette:
-    ctx = AppContext(settings=settings)
-    parts = _load_components(ctx, components)
+def create_app(settings: Settings, *, on_ready: Callable[[Runtime], None] | None = None) -> Starlette:
+    runtime = Runtime(settings)
+    surfaces, parts = compose(runtime)
+    ticks = [part.on_tick for part in parts if part.on_tick is not None]
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette):
-        db = Database(settings)
-        await db.start()
-        stop = asyncio.Event()
-        started: list[Component] = []
-        sweeper = None
-        pool = None
-        try:
-            await db.migrate()
-            pool = await open_pool(db.uri, min_size=2, max_size=20)
-            ctx.core = Core(pool=pool, settings=settings)
-            ctx.core.database = db  # type: ignore[attr-defined]
-            ctx.shared["database_uri"] = db.uri
-            for part in parts:
-                if part.start:
-                    await part.start()
-                started.append(part)
-            sweeper = asyncio.create_task(sweeps.run_forever(ctx.core, stop), name="sweeps")
-            if on_ready:
-                on_ready(ctx)
-            yield
-        finally:
-            stop.set()
-            if sweeper:
-                sweeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await sweeper
-            for part in reversed(started):
-                if part.stop:
-                    try:
-                        await part.stop()
-                    except Exception:
-                        log.exception("component stop failed", extra={"event": part.name})
-            if pool is not None:
-                await pool.close()
-            await db.stop()
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with open_runtime(settings, runtime=runtime, listen=True, min_size=2, max_size=20):
+            stop = asyncio.Event()
+            started: list[Component] = []
+            sweeper: asyncio.Task | None = None
+            try:
+                for part in parts:
+                    if part.start:
+                        await part.start()
+                    started.append(part)
+                sweeper = asyncio.create_task(sweeps.run_forever(runtime.core, stop, on_tick=ticks),
+                                              name="sweeps")
+                if on_ready:
+                    on_ready(runtime)
+                yield
+            finally:
+                stop.set()
+                if sweeper:
+                    sweeper.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await sweeper
+                for part in reversed(started):
+                    if part.stop:
+                        try:
+                            await part.stop()
+                        except Exception:
+                            log.exception("component stop failed", extra={"event": part.name})
 
     routes: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
     for part in parts:
         routes.extend(part.routes)
     app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.ctx = ctx
+    app.state.ctx = runtime  # request handlers read `request.app.state.ctx.core` / `.settings`
+    app.state.surfaces = surfaces
     asgi: ASGIApp = app
     for part in parts:
         if part.wrap:

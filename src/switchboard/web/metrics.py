@@ -10,8 +10,8 @@
 - Gauges are read from the database at scrape time: `switchboard_queue_todos{queue,state}` and
   `switchboard_queue_oldest_pending_seconds{queue}`; a failed read omits them and counts
   `switchboard_metrics_collection_errors_total{collector="queue"}`.
-- `switchboard_mcp_request_duration_seconds{verb,outcome}`: published as
-  `ctx.shared["observe_tool_call"](verb, seconds, outcome)` for the MCP server.
+- `switchboard_mcp_request_duration_seconds{verb,outcome}`: the composition root (`web/app.py`) hands
+  `Metrics.observe_tool_call(verb, seconds, outcome)` to the MCP server.
 - The `queue` label admits at most 50 distinct values per process (sticky, shared by every family);
   later ones, and empty, overlong or reserved values, are `__other__`. Aggregates only: no todo ids,
   summaries, artifacts or claimants ever become labels.
@@ -36,7 +36,7 @@ from starlette.routing import Route
 from ..core import gauges
 from ..core.events import Event
 from ..core.models import VERBS
-from .app import AppContext, Component
+from ..runtime import Component, Runtime
 
 log = logging.getLogger("switchboard.metrics")
 
@@ -214,16 +214,14 @@ def _digest(value: str) -> bytes:
 
 
 class MetricsSurface:
-    def __init__(self, ctx: AppContext) -> None:
-        self.ctx = ctx
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.metrics = Metrics()
-        token = (ctx.settings.metrics_token or "").strip()
+        token = (runtime.settings.metrics_token or "").strip()
         self._token_digest = _digest(token) if token else None
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._render = asyncio.Lock()
         self._unsubscribe = None
-        ctx.shared["metrics"] = self.metrics
-        ctx.shared["observe_tool_call"] = self.metrics.observe_tool_call
 
     def _authorized(self, request: Request) -> bool:
         header = request.headers.get("authorization", "")
@@ -241,19 +239,18 @@ class MetricsSurface:
         if self._in_flight.locked():
             return Response(b"", status_code=503, headers={"Retry-After": "1", "Cache-Control": "no-store"})
         async with self._in_flight, self._render:
-            await self.metrics.refresh(self.ctx.core)
+            await self.metrics.refresh(self.runtime.core)
             body = self.metrics.render()
         return Response(body, media_type=None, headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"})
 
     async def start(self) -> None:
-        self._unsubscribe = self.ctx.core.bus.subscribe(self.metrics.on_event)
+        self._unsubscribe = self.runtime.core.bus.subscribe(self.metrics.on_event)
 
     async def stop(self) -> None:
         if self._unsubscribe:
             self._unsubscribe()
 
 
-def component(ctx: AppContext) -> Component:
-    surface = MetricsSurface(ctx)
+def component(surface: MetricsSurface) -> Component:
     return Component(name="metrics", routes=[Route("/metrics", surface.scrape, methods=["GET"])],
                      start=surface.start, stop=surface.stop)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .app import AppContext, Component
+from ..runtime import Component
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; script-src 'self'; "
@@ -48,5 +48,5 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def component(ctx: AppContext) -> Component:
+def component() -> Component:
     return Component(name="security", wrap=SecurityHeaders)

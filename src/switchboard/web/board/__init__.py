@@ -3,8 +3,10 @@
 Starlette routes, Jinja2 templates with autoescape, htmx and Pico CSS served from this package, no
 inline script. Sign-in and sessions live in `login.py` and `sessions.py`, the todos screen and the
 attempt drawer in `todo_pages.py`, vending and revocation in `endpoint_pages.py`, the outcome charts
-in `queue_pages.py`, live updates in `live.py`. `ctx.shared["board"]` is the `kit.Board` object other
-surfaces use to add screens (and `board.nav` to link them).
+in `queue_pages.py`, live updates in `live.py`. `build(runtime)` makes the `kit.Board` object; the
+composition root (`web/app.py`) keeps it as `app.state.surfaces.board` (handlers reach it through
+`kit.board_of(request)`) and passes it to any other surface that adds screens (`board.extra_nav` to
+link them).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from ..app import AppContext, Component
+from ...runtime import Component, Runtime
 from . import account_pages, endpoint_pages, live, login, queue_pages, todo_pages
 from .kit import Board, NavLink
 from .sessions import Sessions, load_secret
@@ -23,21 +25,24 @@ from .sessions import Sessions, load_secret
 STATIC = Path(__file__).parent / "static"
 
 
-def component(ctx: AppContext) -> Component:
-    settings = ctx.settings
+def build(runtime: Runtime) -> Board:
+    """The Board object: settings, signed sessions (the secret from the settings or the data dir)."""
+    settings = runtime.settings
     secret = load_secret(settings.secret_key, Path(settings.data_dir))
-    board = Board(settings, Sessions(secret, secure=settings.public_base_url.startswith("https://")),
-                  extra_nav=ctx.shared.setdefault("board_nav", []))
-    hub = live.LiveHub(board)
-    board.hub = hub  # type: ignore[attr-defined]
+    board = Board(settings, Sessions(secret, secure=settings.public_base_url.startswith("https://")))
+    board.hub = live.LiveHub(board)  # type: ignore[attr-defined]
     board.nav.append(NavLink("Account", "/account", "account"))
-    ctx.shared["board"] = board
+    return board
+
+
+def component(board: Board, runtime: Runtime) -> Component:
+    hub: live.LiveHub = board.hub  # type: ignore[attr-defined]
     unsubscribe = []
 
     async def start() -> None:
-        board.core = ctx.core
+        board.core = runtime.core
         board.loop = asyncio.get_running_loop()
-        unsubscribe.append(ctx.core.bus.subscribe(hub.publish))
+        unsubscribe.append(runtime.core.bus.subscribe(hub.publish))
 
     async def stop() -> None:
         while unsubscribe:

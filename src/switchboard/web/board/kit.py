@@ -3,14 +3,13 @@
 Other surfaces that add Board screens (the notify-hook delivery log, for one) use it without
 touching the Board's files:
 
-- a link in the Board's navigation: append `(label, path)` to `ctx.shared.setdefault("board_nav", [])`
-  from their `component()` (any order; read at render time);
+- a link in the Board's navigation: append `(label, path)` to `board.extra_nav` (the composition
+  root in `web/app.py` passes them the board; read at render time);
 - their routes wrapped with `human_page` / `human_post` from this module (sign-in, then for POST the
   body cap and the CSRF check before the handler), handlers `fn(board, request, who[, form])`;
 - `board.html_page(request, who, title, body)` to wrap their own escaped `Markup` in the Board layout
   (headers, navigation, `Cache-Control: no-store`); `board.not_found(request, who, what)` for the
-  shared not-found body. The board object is `ctx.shared["board"]` (set when the Board component is
-  built, so read it per request or in `start()`).
+  shared not-found body. In a handler, `board_of(request)` is the board object.
 """
 
 from __future__ import annotations
@@ -211,6 +210,11 @@ class Board:
                             status_code=403, headers=NO_STORE)
 
 
+def board_of(request: Request) -> "Board":
+    """The app's Board object (built once by the composition root, `web/app.py`)."""
+    return request.app.state.surfaces.board
+
+
 def is_hx(request: Request) -> bool:
     return request.headers.get("hx-request") == "true"
 
@@ -223,7 +227,7 @@ def human_page(fn: Handler) -> Handler:
 
     @functools.wraps(fn)
     async def handler(request: Request) -> Response:
-        board: Board = request.app.state.ctx.shared["board"]
+        board = board_of(request)
         who = await board.signed_in(request)
         if who is None:
             return board.to_login(request)
@@ -238,7 +242,7 @@ def human_post(fn: Handler) -> Handler:
 
     @functools.wraps(fn)
     async def handler(request: Request) -> Response:
-        board: Board = request.app.state.ctx.shared["board"]
+        board = board_of(request)
         who = await board.signed_in(request)
         if who is None:
             return board.to_login(request)

@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from ...core import stats
 from ...core.events import Event
-from .kit import NO_STORE, Board
+from .kit import NO_STORE, Board, board_of
 
 log = logging.getLogger("switchboard.board")
 
@@ -95,7 +95,7 @@ class LiveHub:
 
 
 async def events(request: Request) -> Response:
-    board: Board = request.app.state.ctx.shared["board"]
+    board = board_of(request)
     hub: LiveHub = board.hub  # type: ignore[attr-defined]
     who = await board.signed_in(request)
     if who is None:

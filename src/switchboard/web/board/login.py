@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from ...core import humans
 from ...core.errors import Conflict, NotFound
-from .kit import AUTH_BODY_CAP, NO_STORE, Board, BodyTooLarge, human_post, safe_next
+from .kit import AUTH_BODY_CAP, NO_STORE, Board, BodyTooLarge, board_of, human_post, safe_next
 from .sessions import LOGIN_COOKIE, LOGIN_FORM_SECONDS, SESSION_COOKIE, SESSION_SECONDS
 
 log = logging.getLogger("switchboard.board")
@@ -27,7 +27,7 @@ DEV_HUMAN = "dev"
 
 
 def _board(request: Request) -> Board:
-    return request.app.state.ctx.shared["board"]
+    return board_of(request)
 
 
 def _client(request: Request) -> str | None:
