@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     rate_limit_burst: int = Field(40, ge=1)
     mcp_auth_cache_seconds: float = Field(2.0, ge=0, le=300)  # credential lookups reused this long
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["json", "text"] = "json"
+    log_format: Literal["auto", "json", "text"] = "auto"  # auto: text on a terminal, JSON otherwise
     doorbell_gate_seconds: float = Field(60.0, ge=0)
     hooks_allow_private: bool = False
     a2ui: bool = False
@@ -64,6 +64,7 @@ class Settings(BaseSettings):
     db_statement_timeout_seconds: float = Field(10.0, gt=0, le=3600)  # PostgreSQL statement_timeout
     db_lock_timeout_seconds: float = Field(5.0, gt=0, le=3600)  # PostgreSQL lock_timeout
     mcp_max_sessions_per_endpoint: int = Field(100, ge=1, le=100_000)  # live MCP sessions of one endpoint
+    instance_id: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")  # prefix of MCP session ids
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

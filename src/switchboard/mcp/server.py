@@ -42,6 +42,7 @@ from . import tools
 from .auth import CredentialCache
 from .resources import QUEUE_URI, ResourceProvider, queue_of, queue_uri
 from .gateway import CALL_FACTS, CALLER_KEY, MAX_BODY_BYTES, Gateway, allowed_hostnames
+from .session_ids import tag_session_ids
 from .sessions import LiveSession, SessionRegistry
 
 log = logging.getLogger("switchboard.mcp")
@@ -136,6 +137,7 @@ class McpSurface:
         self.manager = StreamableHTTPSessionManager(
             app=self.server, json_response=True, security_settings=security,
             max_request_body_size=MAX_BODY_BYTES)
+        tag_session_ids(self.manager, self.settings.instance_id)  # routable ids (docs/deploy.md)
         self.credentials = CredentialCache(self.settings.mcp_auth_cache_seconds)
         self.gateway = Gateway(StreamableHTTPASGIApp(self.manager), self.settings, lambda: self.runtime.core,
                                self.credentials)
