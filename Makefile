@@ -3,16 +3,22 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# What serving needs (`make run`) and what the tests add (`make test`), installed separately.
+RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run test bench install browser nginx clean
+.PHONY: run test bench install browser nginx clean screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
 install: $(STAMP)
 
@@ -40,11 +46,17 @@ nginx:
 	  fi; \
 	fi
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/switchboard serve
 
+# Tests write their screenshots under build/screens (ignored); `make screenshots` refreshes the
+# committed ones in docs/screens.
 test: $(STAMP) browser nginx
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+screenshots: $(STAMP) browser
+	SWITCHBOARD_SCREENS_DIR=$(CURDIR)/docs/screens $(BIN)/python -m pytest tests/test_board_screens.py \
+	  tests/test_a2ui_render.py $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/store_bench.py

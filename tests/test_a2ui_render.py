@@ -3,12 +3,11 @@ headless Chromium.
 
 The renderer is the npm package bundled once into tests/fixtures/a2ui-renderer/dist (see the README
 there); the page loads it from that file and makes no network request. The screenshot is written to
-docs/screens/a2ui-todo.png when that file is missing or SWITCHBOARD_WRITE_SCREENS=1.
+a2ui-todo.png beside the Board's (build/screens; `make screenshots` refreshes docs/screens).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
@@ -19,12 +18,13 @@ from switchboard.core import todos
 from switchboard.mcp import a2ui
 from switchboard.mcp import a2ui_documents as documents
 
+from board_kit import SCREENS
 from conftest import ROOT, chromium_path
 from core_world import make_world
 from test_a2ui import SCRIPT, SESSION, history_todo
 
 BUNDLE = ROOT / "tests" / "fixtures" / "a2ui-renderer" / "dist" / "a2ui-renderer.js"
-SCREEN = ROOT / "docs" / "screens" / "a2ui-todo.png"
+SCREEN = SCREENS / "a2ui-todo.png"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>A2UI todo</title>
@@ -94,6 +94,5 @@ async def test_the_official_renderer_shows_the_attempt_list(core, page, tmp_path
     shot = tmp_path / "a2ui-todo.png"
     await page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
-    if os.environ.get("SWITCHBOARD_WRITE_SCREENS") == "1" or not SCREEN.exists():
-        SCREEN.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, SCREEN)
+    SCREEN.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, SCREEN)

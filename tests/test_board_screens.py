@@ -1,6 +1,7 @@
 """Every Board screen in a real browser: the todos list (filters, paging, counts), vending with its
 consent screen and one-time credential, revocation, the queue charts; axe-core finds no WCAG 2.1 A/AA
-violation on any of them, and each is saved as a screenshot under docs/screens/."""
+violation on any of them, and each is saved as a screenshot (under build/screens; `make screenshots`
+refreshes the committed ones in docs/screens)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     rate_limit_burst: int = Field(40, ge=1)
     mcp_auth_cache_seconds: float = Field(2.0, ge=0, le=300)  # credential lookups reused this long
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["json", "text"] = "json"
+    log_format: Literal["auto", "json", "text"] = "auto"  # auto: text on a terminal, JSON otherwise
     doorbell_gate_seconds: float = Field(60.0, ge=0)
     hooks_allow_private: bool = False
     a2ui: bool = False

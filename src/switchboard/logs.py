@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line (or plain text), never a secret.
+"""Structured logs: one JSON object per line (or plain text), never a secret. By default
+(SWITCHBOARD_LOG_FORMAT=auto) a terminal gets text and anything else gets JSON.
 
 Callers pass context in `extra=`; only whitelisted keys are written, so a summary, artifact,
 credential or lease token cannot reach a log line by accident. The same handler serves the libraries
@@ -78,9 +79,22 @@ class DisconnectFilter(logging.Filter):
         return True
 
 
-def configure(level: str = "info", fmt: str = "json", stream=None) -> None:  # noqa: ANN001
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+def choose_format(fmt: str, stream) -> str:  # noqa: ANN001
+    """`json` or `text` as asked; for `auto`, text when the stream is a terminal (a person reads it),
+    JSON otherwise (a collector does)."""
+    if fmt in ("json", "text"):
+        return fmt
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return "text" if isatty is not None and isatty() else "json"
+    except ValueError:  # a closed stream
+        return "json"
+
+
+def configure(level: str = "info", fmt: str = "auto", stream=None) -> None:  # noqa: ANN001
+    stream = stream or sys.stderr
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter() if choose_format(fmt, stream) == "json" else TextFormatter())
     handler.addFilter(DisconnectFilter())
     ours = logging.getLogger("switchboard")
     ours.handlers[:] = [handler]
