@@ -25,6 +25,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+REQUEST_BODY_MAX_BYTES = 1024 * 1024  # every HTTP surface's request body cap: MCP, the APIs, the Board
+
+
 class ConfigError(Exception):
     """A SWITCHBOARD_* variable holds a value we cannot use."""
 

@@ -1,59 +1,104 @@
-"""Named SQL statements, loaded once from `core/sql/*.sql` (procrastinate-style `-- name:` blocks).
+"""Named SQL statements, read once at import from `core/sql/*.sql` (procrastinate-style `-- name:` blocks).
 
-Fragments from `fragments.sql` are spliced in with `{{name}}`; they are static text from this
-package, never user input. Every value travels as a bound parameter.
+Fragments from `fragments.sql` are spliced in with `{{name}}` (fragments may splice fragments); they
+are static text from this package, never user input. Every value travels as a bound parameter.
+
+The whole catalogue is built when this module is imported: a statement named twice in one file, a
+`{{name}}` no fragment defines, or a fragment nesting too deep stops the import with `CatalogueError`
+naming the file and statement. `Q.<file>.<name>` reads it; an unknown file or name is an
+AttributeError at the call site. tests/test_queries.py checks that every statement is used.
 """
 
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from importlib import resources
+from types import MappingProxyType
+from typing import Mapping
 
 _BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{\{(\w+)\}\}")
+FRAGMENTS_FILE = "fragments"
+_MAX_DEPTH = 5
 
 
-def _parse(text: str) -> dict[str, str]:
+class CatalogueError(Exception):
+    """The SQL files are inconsistent (a duplicate name, an unknown fragment)."""
+
+
+def parse(text: str, file: str) -> dict[str, str]:
+    """`-- name:` blocks of one file, comment lines dropped. A name defined twice is an error."""
     parts = _BLOCK.split(text)
     out: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2]):
+        if name in out:
+            raise CatalogueError(f"{file}.sql: statement {name!r} is defined twice")
         lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
         out[name] = "\n".join(lines).strip()
     return out
 
 
-@lru_cache(maxsize=None)
-def _fragments() -> dict[str, str]:
-    return _parse(resources.files("switchboard.core.sql").joinpath("fragments.sql").read_text("utf-8"))
+def splice(sql: str, fragments: Mapping[str, str], where: str) -> str:
+    for _ in range(_MAX_DEPTH):
+        if not _INCLUDE.search(sql):
+            return sql
+
+        def one(match: re.Match[str]) -> str:
+            try:
+                return fragments[match.group(1)]
+            except KeyError:
+                raise CatalogueError(f"{where}: no fragment named {match.group(1)!r}") from None
+
+        sql = _INCLUDE.sub(one, sql)
+    if _INCLUDE.search(sql):
+        raise CatalogueError(f"{where}: fragments nested deeper than {_MAX_DEPTH}")
+    return sql
 
 
-@lru_cache(maxsize=None)
-def load(file: str) -> dict[str, str]:
-    text = resources.files("switchboard.core.sql").joinpath(f"{file}.sql").read_text("utf-8")
-    frags = _fragments()
-    stmts = _parse(text)
-    for _ in range(3):  # fragments may include fragments
-        stmts = {k: _INCLUDE.sub(lambda m: frags[m.group(1)], v) for k, v in stmts.items()}
-    return stmts
+def _read(file: str) -> str:
+    return resources.files("switchboard.core.sql").joinpath(f"{file}.sql").read_text("utf-8")
 
 
-class Queries:
-    """Attribute access to one file's statements: `Q.todos.claim`."""
-
-    def __getattr__(self, file: str) -> "_File":
-        return _File(load(file))
+def build() -> dict[str, dict[str, str]]:
+    """Every statement of every SQL file but the fragments, spliced: {file: {name: sql}}."""
+    fragments = parse(_read(FRAGMENTS_FILE), FRAGMENTS_FILE)
+    files = sorted(p.name[:-4] for p in resources.files("switchboard.core.sql").iterdir()
+                   if p.name.endswith(".sql") and p.name != f"{FRAGMENTS_FILE}.sql")
+    return {file: {name: splice(sql, fragments, f"{file}.sql: {name}") for name, sql in parse(_read(file), file).items()}
+            for file in files}
 
 
 class _File:
-    def __init__(self, stmts: dict[str, str]) -> None:
-        self._stmts = stmts
+    """One file's statements: `Q.todos.claim`."""
+
+    def __init__(self, file: str, stmts: dict[str, str]) -> None:
+        self._file = file
+        self._stmts = MappingProxyType(stmts)
 
     def __getattr__(self, name: str) -> str:
         try:
             return self._stmts[name]
         except KeyError:
-            raise AttributeError(name) from None
+            raise AttributeError(f"no statement {name!r} in {self._file}.sql") from None
+
+    def names(self) -> list[str]:
+        return list(self._stmts)
 
 
-Q = Queries()
+class Queries:
+    """The catalogue, built once: `Q.<file>.<statement>`."""
+
+    def __init__(self, catalogue: dict[str, dict[str, str]]) -> None:
+        self._files = {file: _File(file, stmts) for file, stmts in catalogue.items()}
+
+    def __getattr__(self, file: str) -> _File:
+        try:
+            return self._files[file]
+        except KeyError:
+            raise AttributeError(f"no SQL file {file!r}") from None
+
+    def files(self) -> list[str]:
+        return list(self._files)
+
+
+Q = Queries(build())

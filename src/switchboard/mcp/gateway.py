@@ -6,7 +6,7 @@ the same body for missing, unknown, revoked and expired) → the credential's ow
 endpoint's token bucket (429 with Retry-After) → room for a new session within the endpoint's cap
 (`SessionCap`: its least recently used idle session ends; 503 when all are busy) → the SDK's session
 manager. One log line per request. The Host allow-list and the one-credential rule run before any of
-this, for the whole app (`web/hosts.py`); the Host check here is the same rule, kept for defence in depth.
+this, for the whole app (`web/hosts.py`); the Host check here is the same rule (`hostnames.py`), kept for defence in depth.
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ from typing import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..config import Settings
+from ..config import REQUEST_BODY_MAX_BYTES, Settings
 from ..core.models import Core
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from ..web.hosts import BAD_HOST, allowed_hostnames, host_allowed, origin_hostname
+from ..hostnames import allowed_hostnames, host_allowed, origin_hostname
 from .auth import CredentialCache
 from .sessions import SessionCap
 
 log = logging.getLogger("switchboard.mcp")
 
-MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_BYTES = REQUEST_BODY_MAX_BYTES
 CALLER_KEY = "switchboard.caller"  # the EndpointCaller of an authenticated request, in the ASGI scope
 
 # What the tool call of this request did (verb, todo id, outcome), filled in by the tool handler: the
@@ -45,6 +45,7 @@ def _body(code: str, message: str) -> bytes:
 UNAUTHORIZED = _body("unauthorized", "a valid endpoint credential is required")
 FORBIDDEN_SLUG = _body("forbidden", "this credential belongs to another endpoint")
 TOO_LARGE = _body("too_large", f"request body over {MAX_BODY_BYTES} bytes")
+BAD_HOST = _body("bad_host", "Host header not allowed")
 BAD_ORIGIN = _body("bad_origin", "Origin header not allowed")
 _JSON = (b"content-type", b"application/json")
 

@@ -26,14 +26,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..core import endpoints, humans, producer, todos
+from ..config import REQUEST_BODY_MAX_BYTES
+from ..core import actions, endpoints, humans, producer, todos
 from ..core.errors import CoreError, Invalid
 from ..core.models import HumanCaller
 from ..runtime import Component
 
 log = logging.getLogger("switchboard.api")
 
-MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_BYTES = REQUEST_BODY_MAX_BYTES
 STATUS = {"invalid": 400, "forbidden": 403, "not_found": 404, "conflict": 409, "internal": 500}
 UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="switchboard"'}
 

@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import json
 import logging
-from urllib.parse import urlsplit
-
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import Settings
+from ..hostnames import allowed_hostnames, host_allowed
 from ..runtime import Component
 
 log = logging.getLogger("switchboard.web")
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
 
 def _body(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}, separators=(",", ":")).encode()
@@ -35,46 +31,6 @@ def _body(code: str, message: str) -> bytes:
 
 BAD_HOST = _body("bad_host", "Host header not allowed")
 TWO_CREDENTIALS = _body("invalid", "more than one Authorization header")
-
-
-def allowed_hostnames(settings: Settings) -> frozenset[str]:
-    """Loopback, the configured bind host (unless a wildcard) and the host of SWITCHBOARD_BASE_URL."""
-    names = set(LOOPBACK)
-    if settings.host not in ("", "0.0.0.0", "::"):
-        names.add(settings.host.lower().strip("[]"))
-    if settings.base_url:
-        host = urlsplit(settings.base_url).hostname
-        if host:
-            names.add(host.lower())
-    return frozenset(names)
-
-
-def hostname(value: str) -> str | None:
-    """`host[:port]` or `[v6][:port]` → host, lower-case; None when malformed."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        end = value.find("]")
-        if end < 0 or (len(value) > end + 1 and (value[end + 1] != ":" or not value[end + 2:].isdigit())):
-            return None
-        return value[1:end]
-    host, _, port = value.partition(":")
-    if port and not port.isdigit():
-        return None
-    return host or None
-
-
-def origin_hostname(origin: str) -> str | None:
-    try:
-        parts = urlsplit(origin)
-        if parts.scheme not in ("http", "https"):
-            return None
-        return parts.hostname
-    except ValueError:
-        return None
-
-
-def host_allowed(value: bytes | None, names: frozenset[str]) -> bool:
-    return value is not None and hostname(value.decode("latin-1")) in names
 
 
 async def refuse(send: Send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:

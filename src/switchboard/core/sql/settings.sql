@@ -3,9 +3,6 @@
 -- name: get
 SELECT value FROM settings WHERE key = %(key)s
 
--- name: all
-SELECT key, value FROM settings ORDER BY key
-
 -- name: set
 INSERT INTO settings (key, value) VALUES (%(key)s, %(value)s)
 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value

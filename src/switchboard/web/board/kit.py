@@ -29,14 +29,14 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ...config import Settings
+from ...config import REQUEST_BODY_MAX_BYTES, Settings
 from ...core.models import Core, HumanCaller
 from .sessions import SESSION_COOKIE, Session, Sessions
 from .throttle import LoginThrottle
 
 log = logging.getLogger("switchboard.board")
 
-BODY_CAP = 1024 * 1024
+BODY_CAP = REQUEST_BODY_MAX_BYTES
 AUTH_BODY_CAP = 64 * 1024
 NO_STORE = {"Cache-Control": "no-store"}
 DEFAULT_NEXT = "/todos"

@@ -1,0 +1,59 @@
+"""The SQL catalogue: built once at import, every statement defined once, every `{{fragment}}`
+resolved, and every statement and fragment used (a statement nobody runs is dead SQL to maintain)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from switchboard.core import queries
+from switchboard.core.queries import Q, CatalogueError
+
+SRC = Path(queries.__file__).resolve().parent.parent  # src/switchboard
+SQL = Path(queries.__file__).resolve().parent / "sql"
+USE = re.compile(r"\bQ\.(\w+)\.(\w+)\b")
+
+
+def used_in_src() -> set[tuple[str, str]]:
+    found: set[tuple[str, str]] = set()
+    for path in SRC.rglob("*.py"):
+        found.update(USE.findall(path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_the_catalogue_is_built_once_at_import():
+    assert Q.todos is Q.todos  # the same object each time, not re-read per access
+    assert set(Q.files()) == {p.stem for p in SQL.glob("*.sql")} - {"fragments"}
+
+
+def test_every_fragment_resolves_and_nothing_is_left_to_splice():
+    for file in Q.files():
+        for name in getattr(Q, file).names():
+            assert "{{" not in getattr(getattr(Q, file), name), f"{file}.{name}"
+
+
+def test_every_statement_in_src_exists_and_every_statement_is_used():
+    used = used_in_src()
+    defined = {(file, name) for file in Q.files() for name in getattr(Q, file).names()}
+    assert used - defined == set(), "referenced but not defined"
+    assert defined - used == set(), "defined but never used in src"
+
+
+def test_every_fragment_is_spliced_somewhere():
+    fragments = queries.parse((SQL / "fragments.sql").read_text("utf-8"), "fragments")
+    texts = [p.read_text("utf-8") for p in SQL.glob("*.sql")]
+    unused = [f for f in fragments if not any("{{" + f + "}}" in t for t in texts)]
+    assert unused == []
+
+
+def test_a_bad_catalogue_is_refused_naming_where():
+    with pytest.raises(CatalogueError, match=r"x\.sql: statement 'a' is defined twice"):
+        queries.parse("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n", "x")
+    with pytest.raises(CatalogueError, match=r"x\.sql: b: no fragment named 'nope'"):
+        queries.splice("SELECT {{nope}}", {}, "x.sql: b")
+    with pytest.raises(CatalogueError, match="nested deeper"):
+        queries.splice("{{loop}}", {"loop": "{{loop}}"}, "x.sql: c")
+    with pytest.raises(AttributeError, match="no statement 'nope' in todos.sql"):
+        Q.todos.nope  # noqa: B018
