@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..config import REQUEST_BODY_MAX_BYTES
-from ..core import actions, endpoints, humans, producer, todos
+from ..core import endpoints, humans, producer, todos
 from ..core.errors import CoreError, Invalid
 from ..core.models import HumanCaller
 from ..runtime import Component
