@@ -132,3 +132,58 @@ async def test_two_authorization_headers_are_refused_on_mcp_api_and_metrics(core
 async def test_the_mcp_gateway_still_checks_origin(core, server):
     agent = await vend(core, "origin")
     assert Raw(server.url, agent.slug, agent.credential, Origin="http://attacker.example").initialize().status_code == 403
+
+
+def _sample(srv, name: str) -> float:  # noqa: ANN001
+    text = httpx.get(srv.url + "/metrics", headers={"Authorization": "Bearer " + "m" * 40}, timeout=10).text
+    return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
+
+
+async def test_one_credential_cannot_open_sessions_past_the_cap(core, live_server):
+    srv = live_server(mcp_max_sessions_per_endpoint=3, rate_limit_burst=200)
+    agent = await vend(core, "sessions")
+    other = await vend(core, "sessions-other")
+    kept = Raw(srv.url, other.slug, other.credential)
+    assert kept.initialize().status_code == 200
+    opened = []
+    for _ in range(12):
+        raw = Raw(srv.url, agent.slug, agent.credential)
+        assert raw.initialize().status_code == 200
+        opened.append(raw)
+    assert _sample(srv, "switchboard_mcp_sessions") == 4  # three of this endpoint, one of the other
+    assert _sample(srv, "switchboard_mcp_sessions_evicted_total") == 9
+    # The least recently used sessions ended; the three newest and the other endpoint's still work.
+    statuses = [raw.post("tools/list").status_code for raw in opened]
+    assert statuses == [404] * 9 + [200] * 3
+    assert kept.post("tools/list").status_code == 200
+    # A session in use is never the one ended: the oldest, used just now, outlives newer idle ones.
+    opened[9].post("tools/list")
+    fresh = Raw(srv.url, agent.slug, agent.credential)
+    assert fresh.initialize().status_code == 200
+    assert [raw.post("tools/list").status_code for raw in opened[9:]] == [200, 404, 200]
+    for raw in [*opened, kept, fresh]:
+        raw.close()
+
+
+async def test_a_new_session_is_refused_when_every_session_is_busy(core, live_server):
+    srv = live_server(mcp_max_sessions_per_endpoint=2)
+    agent = await vend(core, "busy")
+    streams = []
+    with httpx.Client(timeout=30) as http:
+        try:
+            for _ in range(2):
+                raw = Raw(srv.url, agent.slug, agent.credential)
+                assert raw.initialize().status_code == 200
+                headers = {**raw.headers, "Accept": "text/event-stream", "Mcp-Session-Id": raw.session_id,
+                           "MCP-Protocol-Version": "2025-11-25"}
+                stream = http.stream("GET", raw.url, headers=headers)
+                response = stream.__enter__()
+                assert response.status_code == 200
+                streams.append(stream)
+            refused = Raw(srv.url, agent.slug, agent.credential).initialize()
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+            assert refused.json()["error"]["code"] == "too_many_sessions"
+            assert _sample(srv, "switchboard_mcp_sessions_refused_total") == 1
+        finally:
+            for stream in streams:
+                stream.__exit__(None, None, None)

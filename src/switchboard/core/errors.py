@@ -47,3 +47,11 @@ class Forbidden(CoreError):
 class Invalid(CoreError):
     code = "invalid"
     default_message = "invalid argument"
+
+
+class Unavailable(CoreError):
+    """The database did not answer in time. Nothing was decided by this call's failure: retry it (a
+    retried `complete` may find the first one committed and answer `conflict`)."""
+
+    code = "unavailable"
+    default_message = "database did not answer in time; retry"

@@ -1,4 +1,14 @@
-"""psycopg 3 async pool: autocommit connections, explicit transactions, UTC session clock."""
+"""psycopg 3 async pool: autocommit connections, explicit transactions, UTC session clock, and
+deadlines on every statement.
+
+A stalled database (frozen, overloaded, a lock held forever) must not hang the server. Each pooled
+connection carries PostgreSQL's `statement_timeout` and `lock_timeout` (SWITCHBOARD_DB_STATEMENT_TIMEOUT_SECONDS,
+SWITCHBOARD_DB_LOCK_TIMEOUT_SECONDS); a server that does not answer at all (stopped, or cut off
+without a reset) cannot enforce its own timeout, so the client also gives up on any one statement
+`CLIENT_MARGIN_SECONDS` after the statement timeout and closes that connection (the pool replaces it),
+and a checkout waits no longer than that either. All three surface as `DatabaseTimeout`, a core
+`Unavailable` error: the tool error `unavailable`, "database did not answer in time; retry".
+"""
 
 from __future__ import annotations
 
@@ -6,12 +16,63 @@ import select
 from collections import deque
 
 import psycopg
+from psycopg import errors
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ..core.errors import Unavailable
+
+STATEMENT_TIMEOUT_SECONDS = 10.0
+LOCK_TIMEOUT_SECONDS = 5.0
+CLIENT_MARGIN_SECONDS = 2.0
+
+
+class DatabaseTimeout(Unavailable, psycopg.OperationalError):
+    """The database did not answer in time: a statement or lock timeout, no answer at all, or no
+    free connection. Both a core error (code `unavailable`) and a psycopg `OperationalError`."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message)
+
+
+_TIMED_OUT = (errors.QueryCanceled, errors.LockNotAvailable)
+
+
+class DeadlineCursor(psycopg.AsyncCursor):
+    """Reports PostgreSQL's statement and lock timeouts as `DatabaseTimeout`."""
+
+    async def execute(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        try:
+            return await super().execute(*args, **kwargs)
+        except _TIMED_OUT as exc:
+            raise DatabaseTimeout() from exc
+
+
+class DeadlineConnection(psycopg.AsyncConnection):
+    """Gives up on a statement the server does not answer within `deadline` seconds."""
+
+    deadline: float | None = None
+
+    async def wait(self, gen, interval=0.1, timeout=None):  # noqa: ANN001, ANN201
+        if timeout is None:
+            timeout = self.deadline
+        try:
+            return await super().wait(gen, interval, timeout)
+        except errors._WaitTimeout as exc:  # noqa: SLF001 (psycopg's own signal for a wait timeout)
+            # The connection is mid-statement with a server that does not answer: unusable.
+            self.pgconn.finish()
+            raise DatabaseTimeout() from exc
 
 
 async def _configure(conn) -> None:  # noqa: ANN001
     await conn.execute("SET TIME ZONE 'UTC'")
+
+
+def _options(uri: str, statement_timeout: float, lock_timeout: float) -> str:
+    """libpq `options` carrying the timeouts (no extra round trip), after any the URI sets."""
+    given = psycopg.conninfo.conninfo_to_dict(uri).get("options") or ""
+    ours = f"-c statement_timeout={int(statement_timeout * 1000)} -c lock_timeout={int(lock_timeout * 1000)}"
+    return f"{given} {ours}".strip()
 
 
 def _server_spoke(conn: psycopg.AsyncConnection) -> bool:
@@ -51,6 +112,12 @@ class HotFirstPool(AsyncConnectionPool):
     when it shrinks after `max_idle`.
     """
 
+    async def getconn(self, timeout: float | None = None):  # noqa: ANN201
+        try:
+            return await super().getconn(timeout)
+        except PoolTimeout as exc:
+            raise DatabaseTimeout() from exc
+
     async def _get_ready_connection(self, timeout: float | None):  # noqa: ANN201
         conn = await super()._get_ready_connection(timeout)
         idle = getattr(self, "_pool", None)
@@ -62,15 +129,24 @@ class HotFirstPool(AsyncConnectionPool):
         return conn
 
 
-async def open_pool(uri: str, *, min_size: int = 2, max_size: int = 10) -> AsyncConnectionPool:
+async def open_pool(uri: str, *, min_size: int = 2, max_size: int = 10,
+                    statement_timeout: float = STATEMENT_TIMEOUT_SECONDS,
+                    lock_timeout: float = LOCK_TIMEOUT_SECONDS) -> AsyncConnectionPool:
+    """`statement_timeout`, `lock_timeout`: seconds (settings `db_statement_timeout_seconds`,
+    `db_lock_timeout_seconds`)."""
+    deadline = statement_timeout + CLIENT_MARGIN_SECONDS
+    connection_class = type("PoolConnection", (DeadlineConnection,), {"deadline": deadline})
     pool = HotFirstPool(
         uri,
         min_size=min_size,
         max_size=max_size,
         open=False,
-        kwargs={"autocommit": True, "row_factory": dict_row},
+        connection_class=connection_class,
+        kwargs={"autocommit": True, "row_factory": dict_row, "cursor_factory": DeadlineCursor,
+                "options": _options(uri, statement_timeout, lock_timeout)},
         configure=_configure,
         check=check_idle_connection,
+        timeout=deadline,
     )
     await pool.open(wait=True, timeout=30)
     return pool

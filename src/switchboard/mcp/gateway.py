@@ -21,6 +21,7 @@ from typing import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import REQUEST_BODY_MAX_BYTES, Settings
+from ..core.errors import Unavailable
 from ..core.models import Core
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
@@ -140,7 +141,11 @@ class Gateway:
         principal = None
         if authorization is not None and authorization[:7].lower() == b"bearer ":
             credential = authorization[7:].decode("latin-1").strip()
-            principal = await self.credentials.resolve(self.core(), credential)
+            try:
+                principal = await self.credentials.resolve(self.core(), credential)
+            except Unavailable as exc:
+                await _respond(send, 503, _body(exc.code, exc.message), ((b"retry-after", b"1"),))
+                return
         if principal is None:
             await _respond(send, 401, UNAUTHORIZED, ((b"www-authenticate", b'Bearer realm="switchboard"'),))
             return
