@@ -50,8 +50,8 @@ class Invalid(CoreError):
 
 
 class Unavailable(CoreError):
-    """The database did not answer in time. Nothing was decided by this call's failure: retry it (a
-    retried `complete` may find the first one committed and answer `conflict`)."""
+    """The database did not answer in time. The call may still take effect once the database runs
+    again; retry it (a retried `complete` may then answer `conflict`, a lost claim lapses with its lease)."""
 
     code = "unavailable"
     default_message = "database did not answer in time; retry"
