@@ -148,7 +148,7 @@ async def test_cancel_and_provide_input(board_server, browser):  # noqa: F811
         csrf = await page.locator("form.sb-logout input[name=csrf_token]").get_attribute("value")
         r = await page.request.post(f"/todos/{asking}/input", form={"csrf_token": csrf, "payload": "{oops"},
                                     headers={"HX-Request": "true"})
-        assert r.status == 422 and b"input is not valid JSON" in await r.body()
+        assert r.status == 422 and b"payload is not valid JSON" in await r.body()
         await page.fill("#sb-input-payload", '{"branch": "main"}')
         assert await page.get_attribute("#sb-input-payload", "aria-invalid") is None
         await _click(page, "sb-act-input")

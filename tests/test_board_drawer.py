@@ -56,7 +56,8 @@ async def test_drawer_shows_a_death_and_summary_markup_is_inert(board_server, br
         assert "died" in (await marker.inner_text()).lower()  # visible text, not colour alone
         assert "reaped → requeued" in await reaped.inner_text()
         hb = reaped.locator(f"time[datetime='{heartbeat}']")
-        assert await hb.count() == 1 and "last heartbeat" in await reaped.inner_text()
+        reaped_text = await reaped.inner_text()
+        assert await hb.count() == 1 and reaped_text.lower().count("last heartbeat") == 1  # the label once
         failed = region.locator("li[data-sb-attempt='1']")
         assert await failed.get_attribute("data-sb-died") is None  # a failure is not a death
         assert await failed.get_by_role("img", name="died: no report").count() == 0
@@ -262,4 +263,31 @@ async def test_keyboard_reaches_every_action_and_artifact_link_without_a_trap(bo
             # No trap: Tab goes on through the page after the drawer closed.
             await page.keyboard.press("Tab")
             assert await page.evaluate("document.activeElement.id") != f"sb-open-{todo_id}"
+        await page.watch.assert_clean(page)
+
+
+async def test_an_owner_extension_is_shown_apart_from_the_holders_heartbeat(board_server, browser):  # noqa: F811
+    """SPEC-0034 REQ-3: the owner extending an agent's lease leaves the agent's last heartbeat alone and
+    the drawer says which it was; one claim reads "1 claim in all"."""
+    human = await board_server.human("extend")
+    _, agent = await board_server.endpoint(human)
+    todo, _ = await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="inbox", title="Long job")
+    tid = todo["id"]
+    await board_server.run(todos.claim, agent, tid, claimant="worker-7")
+    await board_server.run(todos.heartbeat, agent, tid)
+    beat = (await board_server.run(todos.get, human, tid))["attempts"][0]["last_heartbeat_at"]
+    async with page_for(browser, board_server, human) as page:
+        await open_drawer(page, tid)
+        assert "(1 claim in all)" in await page.inner_text("[data-sb-part=facts]")
+        await page.evaluate("document.getElementById('sb-notice')?.setAttribute('data-sb-old', '')")
+        await page.click("#sb-act-extend")
+        await page.wait_for_selector("#sb-notice:not([data-sb-old])")
+        detail = await board_server.run(todos.get, human, tid)
+        attempt = detail["attempts"][0]
+        assert attempt["last_heartbeat_at"] == beat and attempt["owner_extended_at"] is not None
+        item = page.locator(f"#sb-attempts-{tid} li[data-sb-attempt='1']")
+        assert await item.locator(f"[data-sb-heartbeat] time[datetime='{beat}']").count() == 1
+        extended = item.locator("[data-sb-owner-extended]")
+        assert "by the owner" in await extended.inner_text()
+        assert await extended.locator(f"time[datetime='{attempt['owner_extended_at']}']").count() == 1
         await page.watch.assert_clean(page)

@@ -147,6 +147,29 @@ async def test_req3_claim_by_id_takes_over_a_lapsed_lease(core):
     assert got.attempt_seq == 2 and got.prior_attempts[0]["outcome"] == "lease_expired"
 
 
+async def test_req3_an_owner_extension_is_not_the_holders_heartbeat(core):
+    """The owner extending an agent's lease moves the lease but not the attempt's last heartbeat; it is
+    recorded apart. The owner's own lease extended by the owner is a heartbeat."""
+    w = await make_world(core)
+    t = await w.todo()
+    await todos.claim(core, w.e1, t["id"])
+    await todos.heartbeat(core, w.e1, t["id"])
+    (before,) = await attempt_rows(core, t["id"])
+    await todos.heartbeat(core, w.h1, t["id"], lease_ttl_seconds=3600)
+    (after,) = await attempt_rows(core, t["id"])
+    assert after["last_heartbeat_at"] == before["last_heartbeat_at"]
+    assert after["owner_extended_at"] is not None and after["lease_expires_at"] > before["lease_expires_at"]
+    shown = (await todos.get(core, w.h1, t["id"]))["attempts"][0]
+    assert shown["owner_extended_at"] == shapes.ts(after["owner_extended_at"])
+    assert "owner_extended_at" not in (await todos.get(core, w.e1, t["id"]))["attempts"][0]  # owner view only
+    mine = await w.todo()
+    await todos.claim(core, w.h1, mine["id"])
+    await todos.heartbeat(core, w.h1, mine["id"])
+    (own,) = await attempt_rows(core, mine["id"])
+    assert own["last_heartbeat_at"] is not None and own["owner_extended_at"] is None
+    assert await check(core) == []
+
+
 # ------------------------------------------------------------------------------------------- REQ-4
 
 async def test_req4_the_reaper_records_a_death(core):

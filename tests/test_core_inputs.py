@@ -369,3 +369,33 @@ async def test_fuzz_argument_never_breaks_and_refusals_change_nothing(core, w, t
         assert a["claimant"] is None or (len(a["claimant"].encode()) <= 128
                                          and not any(ord(c) < 32 for c in a["claimant"]))
     del out
+
+
+def test_mcp_input_schemas_state_the_cores_limits_and_only_decode_json():
+    """One validation layer: the MCP schemas quote the core's constants and enums; the MCP decoding
+    checks JSON types only and leaves the values to the core (which refuses, naming the argument)."""
+    from switchboard.core import inputs
+    from switchboard.core.states import TODO_STATES
+    from switchboard.mcp import schemas
+    from switchboard.mcp.tools import TOOLS
+
+    def props(verb: str) -> dict:
+        return TOOLS[verb].input_schema["properties"]
+
+    assert props("complete")["artifact"]["maxLength"] == inputs.ARTIFACT_MAX_BYTES
+    assert props("heartbeat")["lease_token"]["maxLength"] == inputs.LEASE_TOKEN_MAX_CHARS
+    assert props("claim")["id"]["maxLength"] == inputs.ID_MAX_CHARS
+    assert props("claim_next")["queue"]["maxLength"] == inputs.QUEUE_MAX_CHARS
+    assert props("list_todos")["queue"]["maxLength"] == inputs.QUEUE_MAX_CHARS
+    assert props("request_input")["question"]["maxLength"] == inputs.QUESTION_MAX_BYTES
+    assert props("list_todos")["state"]["enum"] == list(TODO_STATES)
+    assert props("list_todos")["limit"]["default"] == inputs.LIST_LIMIT_DEFAULT
+    assert str(inputs.LIST_LIMIT_MAX) in props("list_todos")["limit"]["description"]
+    assert props("get_todo")["attempts_limit"]["default"] == inputs.ATTEMPTS_LIMIT_DEFAULT
+    assert str(inputs.LEASE_MAX_SECONDS) in props("claim")["lease_ttl_seconds"]["description"]
+    long = "https://e.example/" + "a" * 600
+    decoded = schemas.check_arguments(TOOLS["complete"].by_name, ("id",), {"id": "td_x", "artifact": long})
+    assert decoded["artifact"] == long
+    with pytest.raises(Invalid) as err:
+        inputs.artifact(long)
+    assert err.value.argument == "artifact"

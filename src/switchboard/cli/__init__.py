@@ -13,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..core.inputs import LIST_LIMIT_DEFAULT, OWNER_LIST_LIMIT_MAX
+from ..core.states import TODO_STATES
 from ..relay import cli as relay_cli
 from . import hook as hook_cli
 from .account import token_app, user_app
@@ -197,10 +199,10 @@ def todo_push(slug: str = typer.Argument(..., help="The endpoint whose agents wi
 
 @todo_app.command("list")
 def todo_list(slug: Optional[str] = typer.Argument(None, help="Only this endpoint's todos."),
-              state: Optional[str] = typer.Option(None, "--state"),
+              state: Optional[str] = typer.Option(None, "--state", help="Only this state: " + ", ".join(TODO_STATES) + "."),
               queue: Optional[str] = typer.Option(None, "--queue"),
               dead_letter: bool = typer.Option(False, "--dead-letter", help="Only dead letters."),
-              limit: int = typer.Option(50, "--limit"),
+              limit: Optional[int] = typer.Option(None, "--limit", help=f"At most this many rows (default {LIST_LIMIT_DEFAULT}, at most {OWNER_LIST_LIMIT_MAX})."),
               user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
     """List todos, newest first."""
     from ..core import todos
@@ -248,47 +250,66 @@ def todo_show(todo_id: str = typer.Argument(..., metavar="ID"), user: Optional[s
     emit(run(work), as_json, _show_text)
 
 
-def _action(name: str, doc: str):
-    def command(todo_id: str = typer.Argument(..., metavar="ID"),
-                summary: Optional[str] = typer.Option(None, "--summary", help="Recorded on the closing attempt."),
-                user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
-        from ..core import todos
+def _field_option(field) -> tuple[type, object]:  # noqa: ANN001
+    """The typer option of an owner-action field (core/actions.py): text as is, JSON as text, @file
+    or @-, integers and booleans as typed flags."""
+    flag = "--" + field.name.replace("_", "-")
+    if field.kind == "boolean":
+        return Optional[bool], typer.Option(None, f"{flag}/--no-{field.name.replace('_', '-')}", help=field.help)
+    if field.kind == "integer":
+        return Optional[int], typer.Option(None, flag, help=field.help)
+    if field.kind == "json":
+        help_text = field.help + " JSON, @file or @-."
+        if field.required:
+            return str, typer.Option(..., flag, help=help_text)
+        return Optional[str], typer.Option(None, flag, help=help_text)
+    return Optional[str], typer.Option(None, flag, help=field.help)
 
-        async def work(core):
-            h = await human(core, user)
-            if name == "retry":
-                return await todos.retry(core, h, todo_id)
-            if name == "cancel":
-                return await todos.cancel(core, h, todo_id)
-            if name == "release":
-                return await todos.release(core, h, todo_id, summary=summary)
-            return await todos.fail(core, h, todo_id, summary=summary, result={})
+
+def _action_command(action) -> None:  # noqa: ANN001
+    """`switchboard todo <action>`: one command per row of the owner-action table."""
+    import inspect
+
+    params = [inspect.Parameter("todo_id", inspect.Parameter.KEYWORD_ONLY, annotation=str,
+                                default=typer.Argument(..., metavar="ID"))]
+    for field in action.fields:
+        kind, option = _field_option(field)
+        params.append(inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=option))
+    params += [inspect.Parameter("user", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str], default=UserOpt),
+               inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=JsonOpt)]
+
+    def command(**kw) -> None:  # noqa: ANN003
+        from ..core.actions import perform
+
+        todo_id, user, as_json = kw.pop("todo_id"), kw.pop("user"), kw.pop("as_json")
+        fields = {}
+        for field in action.fields:
+            value = kw.get(field.name)
+            if field.kind == "json":
+                value = read_json_arg(value, field.name)
+            if value is not None:
+                fields[field.name] = value
+
+        async def work(core):  # noqa: ANN001, ANN202
+            return await perform(core, await human(core, user), action.name, todo_id, via="cli", **fields)
 
         emit({"todo": run(work)}, as_json, lambda o: typer.echo(_todo_line(o["todo"])))
 
-    command.__doc__ = doc
-    todo_app.command(name)(command)
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+    command.__doc__ = action.help
+    command.__name__ = f"todo_{action.name}"
+    todo_app.command(action.name)(command)
 
 
-_action("retry", "Re-queue a dead letter or parked retry now, with a fresh attempt budget (history kept).")
-_action("cancel", "Cancel a pending, claimed or input-required todo.")
-_action("release", "Release the lease on a claimed todo (any holder; fence-exempt).")
-_action("fail", "Fail the open attempt of a claimed todo (any holder; fence-exempt).")
+def _register_actions() -> None:
+    from ..core.actions import ACTIONS
+
+    for action in ACTIONS.values():
+        _action_command(action)
 
 
-@todo_app.command("input")
-def todo_input(todo_id: str = typer.Argument(..., metavar="ID"),
-               payload: str = typer.Option(..., "--payload", help="The answer: JSON, @file or @-."),
-               user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
-    """Answer an input-required todo; it resumes under a fresh lease with the same attempt."""
-    from ..core import todos
-
-    body = read_json_arg(payload, "payload")
-
-    async def work(core):
-        return await todos.provide_input(core, await human(core, user), todo_id, payload=body)
-
-    emit({"todo": run(work)}, as_json, lambda o: typer.echo(_todo_line(o["todo"])))
+_register_actions()
 
 
 # ---------------------------------------------------------------------------------------- settings

@@ -1,10 +1,14 @@
 """JSON Schemas of the drain verbs and the argument checks behind them.
 
 Each tool argument is declared once as a `Param`; that one declaration yields both the property in the
-tool's input schema and the check applied to a call. The low-level MCP server does not validate
-arguments against the schema, so `check_arguments` does: an unknown property, a wrong type or an
-oversize value is `invalid` naming the argument, before the core is called. A JSON `null` counts as
-leaving an optional argument out.
+tool's input schema and the decoding applied to a call. The low-level MCP server does not validate
+arguments against the schema, so `check_arguments` decodes the JSON: an unknown property or a wrong
+JSON type is `invalid` naming the argument, before the core is called. Every other rule (lengths,
+ranges, formats) is the core's (`core/inputs.py`); the schema keywords that state them (`maxLength`,
+`enum`, the defaults and the numbers in the descriptions) are taken from the core's constants and
+enums, so the two cannot disagree. (Integer ranges are not schema bounds: the core clamps or defaults
+out-of-range values rather than refusing them.) A JSON
+`null` counts as leaving an optional argument out.
 
 The output schemas describe the wire shapes of `core/shapes.py` (compact row, full todo, attempt
 entry). They list what is always there as required and leave room for additive fields.
@@ -15,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ..core import inputs as limits
 from ..core.errors import Invalid
+from ..core.states import TODO_STATES, AttemptOutcome, Disposition
 
 # --------------------------------------------------------------------------------------- arguments
 
@@ -24,29 +30,31 @@ _JSON_TYPES = {"string": str, "integer": int, "boolean": bool}
 
 @dataclass(frozen=True)
 class Param:
-    """One tool argument: its schema and its check."""
+    """One tool argument: its schema and its JSON decoding. The limits come from `core/inputs.py`."""
 
     name: str
     type: str  # "string" | "integer" | "boolean" | "any"
     description: str
     required: bool = False
-    max_bytes: int | None = None  # a longer string is refused (`invalid`), not cut
+    max_length: int | None = None  # the core's limit, stated in the schema (the core applies it)
     default: Any = None
-    extra: tuple[tuple[str, Any], ...] = ()  # further schema keywords (documentation only)
+    enum: tuple[str, ...] | None = None  # the core's values (core/states.py)
 
     def schema(self) -> dict:
         out: dict[str, Any] = {}
         if self.type != "any":
             out["type"] = self.type
         out["description"] = self.description
-        if self.max_bytes is not None:
-            out["maxLength"] = self.max_bytes
+        if self.max_length is not None:
+            out["maxLength"] = self.max_length
+        if self.enum is not None:
+            out["enum"] = list(self.enum)
         if self.default is not None:
             out["default"] = self.default
-        out.update(self.extra)
         return out
 
     def check(self, value: Any) -> Any:
+        """Decode the JSON type only; the core checks the value."""
         if self.type == "any":
             return value
         expected = _JSON_TYPES[self.type]
@@ -54,9 +62,6 @@ class Param:
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
             article = "an" if self.type == "integer" else "a"
             raise Invalid(f"{self.name} must be {article} {self.type}", argument=self.name)
-        if self.max_bytes is not None and len(value) * 4 > self.max_bytes:  # only then count bytes
-            if len(value.encode("utf-8", "surrogatepass")) > self.max_bytes:
-                raise Invalid(f"{self.name} must be at most {self.max_bytes} bytes", argument=self.name)
         return value
 
 
@@ -101,13 +106,14 @@ def input_schema(params: Iterable[Param]) -> dict:
 # ------------------------------------------------------------------------------- shared arguments
 
 def todo_id(purpose: str) -> Param:
-    return Param("id", "string", f"The todo's id (td_…) {purpose}.", required=True, max_bytes=64)
+    return Param("id", "string", f"The todo's id (td_…) {purpose}.", required=True,
+                 max_length=limits.ID_MAX_CHARS)
 
 
 LEASE_TTL = Param(
     "lease_ttl_seconds", "integer",
     "Lease length in seconds, counted from now. Omit (or 0) for the endpoint's default; values above "
-    "86400 are cut to 86400.")
+    f"{limits.LEASE_MAX_SECONDS} are cut to {limits.LEASE_MAX_SECONDS}.")
 REQUIRE_FENCE = Param(
     "require_fence", "boolean",
     "Fence this attempt: the response then carries a lease_token (shown once) that heartbeat, complete, "
@@ -115,27 +121,43 @@ REQUIRE_FENCE = Param(
     default=False)
 CLAIMANT = Param(
     "claimant", "string",
-    "A label for who is working, such as host/worker/run (at most 128 bytes; longer is cut, control "
-    "characters are removed). Later attempts see it.")
+    f"A label for who is working, such as host/worker/run (at most {limits.CLAIMANT_MAX_BYTES} bytes; longer "
+    "is cut, control characters are removed). Later attempts see it.")
 LEASE_TOKEN = Param(
     "lease_token", "string",
     "The lease_token returned by a fenced claim. Required when the attempt is fenced; a wrong or stale "
-    "token is a conflict.", max_bytes=256)
+    "token is a conflict.", max_length=limits.LEASE_TOKEN_MAX_CHARS)
 SUMMARY = Param(
     "summary", "string",
     "A short report of this attempt for whoever tries next: what was done, what failed, what to try. "
-    "Stored on the attempt as data (at most 2048 bytes; longer text is cut at a character boundary).")
+    f"Stored on the attempt as data (at most {limits.SUMMARY_MAX_BYTES} bytes; longer text is cut at a "
+    "character boundary).")
 ARTIFACT = Param(
     "artifact", "string",
     "A link to what this attempt produced: an absolute https URL or an mcp://cairn/<id> reference, at most "
-    "512 bytes. Anything else is refused. The server never fetches it.", max_bytes=512)
+    f"{limits.ARTIFACT_MAX_BYTES} bytes. Anything else is refused. The server never fetches it.",
+    max_length=limits.ARTIFACT_MAX_BYTES)
 RESULT = Param(
     "result", "any",
-    "Any JSON value to store as the todo's result (at most 64 KiB serialised). It replaces an earlier "
-    "result.")
+    f"Any JSON value to store as the todo's result (at most {limits.RESULT_MAX_BYTES // 1024} KiB "
+    "serialised). It replaces an earlier result.")
 QUEUE_FILTER = Param(
     "queue", "string", "Only this queue (one of the endpoint's granted queues). Omit for all granted queues.",
-    max_bytes=64)
+    max_length=limits.QUEUE_MAX_CHARS)
+STATE_FILTER = Param(
+    "state", "string", f"Only todos in this state: {', '.join(TODO_STATES)}.", enum=TODO_STATES)
+LIST_LIMIT = Param(
+    "limit", "integer",
+    f"How many rows, 1 to {limits.LIST_LIMIT_MAX} (default {limits.LIST_LIMIT_DEFAULT}; other values mean "
+    f"{limits.LIST_LIMIT_DEFAULT}).", default=limits.LIST_LIMIT_DEFAULT)
+ATTEMPTS_LIMIT = Param(
+    "attempts_limit", "integer",
+    f"How many attempts to return, newest first: 1 to {limits.ATTEMPTS_LIMIT_MAX} (default "
+    f"{limits.ATTEMPTS_LIMIT_DEFAULT}; 0 or less means {limits.ATTEMPTS_LIMIT_DEFAULT}, more than "
+    f"{limits.ATTEMPTS_LIMIT_MAX} means {limits.ATTEMPTS_LIMIT_MAX}).", default=limits.ATTEMPTS_LIMIT_DEFAULT)
+QUESTION = Param(
+    "question", "string", f"What you need to know, at most {limits.QUESTION_MAX_BYTES} bytes.",
+    max_length=limits.QUESTION_MAX_BYTES)
 
 
 # ----------------------------------------------------------------------------------------- outputs
@@ -160,10 +182,9 @@ ATTEMPT = {
         "last_heartbeat_at": _t(["string", "null"], f"The last accepted heartbeat ({TIMESTAMP_NOTE})."),
         "ended_at": _t(["string", "null"], f"When the attempt closed; null while open ({TIMESTAMP_NOTE})."),
         "outcome": _t(["string", "null"], "How the lease ended; null while open.",
-                      enum=["completed", "failed", "released", "lease_expired", "reaped", "canceled",
-                            "revoked", None]),
+                      enum=[*(o.value for o in AttemptOutcome), None]),
         "disposition": _t(["string", "null"], "What happened to the todo then; null while open.",
-                          enum=["done", "retry_scheduled", "dead_lettered", "requeued", "canceled", None]),
+                          enum=[*(d.value for d in Disposition), None]),
         "died": _t("boolean", "True when the holder never reported: its lease lapsed (outcome lease_expired "
                               "or reaped)."),
         "summary": _t(["string", "null"],
@@ -177,7 +198,7 @@ ATTEMPT = {
                  "outcome", "disposition", "died", "summary", "summary_truncated", "artifact"],
 }
 
-STATES = ["pending", "claimed", "input-required", "done", "failed", "canceled"]
+STATES = list(TODO_STATES)
 
 _COMPACT_PROPS = {
     "id": _t("string", "The todo's id."),

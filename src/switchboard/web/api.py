@@ -9,10 +9,14 @@ never existed. Errors are `{"error": {"code", "message", "argument"?}}` with the
     GET  /api/v1/endpoints                -> {"endpoints": [...]}
     GET  /api/v1/endpoints/{slug}/todos   ?state=&queue=&dead_letter=&limit=&offset= -> {"todos": [...]}
     GET  /api/v1/todos/{id}               -> {"todo": owner view with every attempt}
-    POST /api/v1/todos/{id}/retry|cancel  {}                                         -> {"todo"}
-    POST /api/v1/todos/{id}/release       {summary?, artifact?}                      -> {"todo"}
-    POST /api/v1/todos/{id}/fail          {result?, summary?, artifact?, retry?}     -> {"todo"}
-    POST /api/v1/todos/{id}/input         {payload}                                  -> {"todo"}
+    POST /api/v1/todos/{id}/<action>      {the action's fields}                      -> {"todo"}
+
+The actions and their fields are the owner-action table (core/actions.py): claim {lease_ttl_seconds?},
+complete {result?, summary?, artifact?}, fail {result?, summary?, artifact?, retry?}, release {summary?,
+artifact?}, extend {lease_ttl_seconds?}, retry {}, cancel {}, input {payload, lease_ttl_seconds?}.
+
+Statuses (`STATUS`, the one place): invalid 400, unauthorized 401, forbidden 403, not_found 404 (an
+unknown action too), conflict 409, too_large 413, internal 500.
 """
 
 from __future__ import annotations
@@ -20,14 +24,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..config import REQUEST_BODY_MAX_BYTES
-from ..core import endpoints, humans, producer, todos
+from ..core import actions, endpoints, humans, producer, todos
 from ..core.errors import CoreError, Invalid
 from ..core.models import HumanCaller
 from ..runtime import Component
@@ -39,10 +43,6 @@ STATUS = {"invalid": 400, "forbidden": 403, "not_found": 404, "conflict": 409, "
 UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="switchboard"'}
 
 CREATE_FIELDS = ("title", "queue", "payload", "kind", "key", "max_attempts", "assignee")
-ACTION_FIELDS = {
-    "retry": (), "cancel": (), "release": ("summary", "artifact"),
-    "fail": ("result", "summary", "artifact", "retry"), "input": ("payload",),
-}
 
 
 class ApiError(Exception):
@@ -119,10 +119,11 @@ def _route(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
     return endpoint
 
 
-def _query_int(request: Request, name: str, default: int) -> int:
+def _query_int(request: Request, name: str) -> int | None:
+    """Decode an integer query parameter; absent or empty leaves it to the core's default."""
     value = request.query_params.get(name)
     if value is None or value == "":
-        return default
+        return None
     try:
         return int(value)
     except ValueError:
@@ -153,7 +154,7 @@ async def list_todos(request: Request, human: HumanCaller) -> Response:
     rows = await todos.list_for_human(
         core, human, endpoint=slug, queue=q.get("queue") or None, state=q.get("state") or None,
         dead_letter=q.get("dead_letter", "").lower() in ("1", "true", "yes"),
-        limit=_query_int(request, "limit", 50), offset=_query_int(request, "offset", 0))
+        limit=_query_int(request, "limit"), offset=_query_int(request, "offset"))
     return JSONResponse({"todos": rows})
 
 
@@ -163,28 +164,14 @@ async def get_todo(request: Request, human: HumanCaller) -> Response:
     return JSONResponse({"todo": todo})
 
 
-async def _act(core: Any, human: HumanCaller, action: str, todo_id: str, body: dict) -> dict:
-    if action == "retry":
-        return await todos.retry(core, human, todo_id)
-    if action == "cancel":
-        return await todos.cancel(core, human, todo_id)
-    if action == "release":
-        return await todos.release(core, human, todo_id, summary=body.get("summary"), artifact=body.get("artifact"))
-    if action == "fail":
-        return await todos.fail(core, human, todo_id, result=body.get("result"), summary=body.get("summary"),
-                                artifact=body.get("artifact"), retry=body.get("retry", True))
-    if "payload" not in body:
-        raise Invalid("payload is required", argument="payload")
-    return await todos.provide_input(core, human, todo_id, payload=body["payload"])
-
-
 @_route
 async def act_on_todo(request: Request, human: HumanCaller) -> Response:
-    action = request.path_params["action"]
-    if action not in ACTION_FIELDS:
+    action = actions.ACTIONS.get(request.path_params["action"])
+    if action is None:
         raise ApiError(404, "not_found", "no such action")
-    body = await _body(request, ACTION_FIELDS[action])
-    todo = await _act(request.app.state.ctx.core, human, action, request.path_params["id"], body)
+    body = await _body(request, action.field_names)
+    todo = await actions.perform(request.app.state.ctx.core, human, action.name, request.path_params["id"],
+                                 via="api", **body)
     return JSONResponse({"todo": todo})
 
 

@@ -1,8 +1,11 @@
 """The todos screen, the todo drawer (SPEC-0034 REQ-13), the owner's actions, and the new-todo form.
 
 Every read goes through the core with a `HumanCaller`, so a todo of another human's endpoint is the
-same not-found as an id never minted (REQ-10). Actions are fence-exempt core calls by the owning
-human (REQ-6); a todo that moved meanwhile answers with the drawer and a plain conflict message.
+same not-found as an id never minted (REQ-10). Actions are the owner-action table (core/actions.py):
+the drawer offers the ones that apply to the todo as it stands, and the POST handler performs them
+(fence-exempt, REQ-6). Refusals map to statuses in one place (`STATUS`): not_found 404 (the same page
+as an unknown id), conflict 409 (the drawer with a plain message), forbidden 403, invalid 422 (the
+drawer or form with the message naming the field).
 """
 
 from __future__ import annotations
@@ -16,26 +19,15 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from ...core import endpoints, producer, todos
-from ...core.errors import Conflict, CoreError, Forbidden, Invalid, NotFound
+from ...core.actions import ACTIONS, ActionField, available, perform
+from ...core.errors import CoreError, Invalid, NotFound
 from ...core.models import HumanCaller
-from ...core.states import STATE_LABELS, TODO_STATES as STATES
+from ...core.states import STATE_LABELS, TODO_STATES
 from .kit import NO_STORE, Board, human_page, human_post, is_hx
 
 PAGE_SIZE = 25
-
-# action: (button label, what happened, states it applies to)
-ACTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "claim": ("Claim", "Claimed under a lease held by you.", ("pending",)),
-    "complete": ("Complete", "Completed.", ("claimed",)),
-    "fail": ("Fail", "Failed.", ("claimed",)),
-    "release": ("Release", "Released: the todo is pending again and the attempt counter is unchanged.",
-                ("claimed",)),
-    "extend": ("Extend lease", "Lease extended.", ("claimed",)),
-    "retry": ("Retry now", "Re-queued with a fresh attempt budget; its history is kept.", ("failed",)),
-    "cancel": ("Cancel", "Canceled.", ("pending", "claimed", "input-required")),
-    "input": ("Provide input", "Input sent: the todo is claimed again under the same attempt.",
-              ("input-required",)),
-}
+# The Board's statuses for the core's refusals (not_found renders the shared not-found page).
+STATUS = {"invalid": 422, "forbidden": 403, "not_found": 404, "conflict": 409}
 
 
 def _str(value: Any) -> str:
@@ -59,14 +51,14 @@ async def _endpoint_rows(board: Board, human: HumanCaller) -> list[dict]:
 
 def _drawer_context(todo: dict, human: HumanCaller, agents: dict[str, str]) -> dict:
     state = todo["state"]
-    available = [(name, label) for name, (label, _, states) in ACTIONS.items() if state in states]
+    offered = available(todo)
     return {
         "t": todo,
         "state_label": STATE_LABELS.get(state, state),
         "held_by": _owner_label(todo, human, agents.get(todo.get("endpoint") or "")),
-        "actions": [a for a in available if a[0] != "input"],
-        "wants_input": state == "input-required",
-        "takes_note": state == "claimed",
+        "actions": [(a.name, a.label) for a in offered if a.name != "input"],
+        "wants_input": any(a.name == "input" for a in offered),
+        "takes_note": any("summary" in a.field_names for a in offered),
     }
 
 
@@ -79,23 +71,24 @@ async def _load_drawer(board: Board, human: HumanCaller, todo_id: str) -> dict:
 # ------------------------------------------------------------------------------------- todos list
 
 def _filters(request: Request) -> tuple[dict, str | None]:
+    """Decode the query string; the core checks the values (see `todos_screen`)."""
     q = request.query_params
     f = {"endpoint": q.get("endpoint", "").strip(), "queue": q.get("queue", "").strip(),
          "state": q.get("state", "").strip(), "dead": q.get("dead") == "1", "page": 1}
-    error = None
-    if f["state"] and f["state"] not in STATES:
-        error = f"state must be one of: {', '.join(STATES)}"
-        f["state"] = ""
     page = q.get("page", "1")
     if not page.isdigit() or not 1 <= int(page) <= 100000:
-        error = error or "page must be a whole number from 1"
-    else:
-        f["page"] = int(page)
-    for key in ("endpoint", "queue"):
-        if len(f[key]) > 64:
-            error = error or f"{key} is too long"
-            f[key] = ""
-    return f, error
+        return f, "page must be a whole number from 1"
+    f["page"] = int(page)
+    return f, None
+
+
+async def _list(board: Board, human: HumanCaller, f: dict) -> tuple[list[dict], dict]:
+    rows = await todos.list_for_human(board.core, human, endpoint=f["endpoint"] or None, queue=f["queue"] or None,
+                                      state=f["state"] or None, dead_letter=f["dead"], limit=PAGE_SIZE + 1,
+                                      offset=(f["page"] - 1) * PAGE_SIZE)
+    counts = await todos.counts_for_human(board.core, human, endpoint=f["endpoint"] or None,
+                                          queue=f["queue"] or None)
+    return rows, counts
 
 
 def _query(f: dict, **change: Any) -> str:
@@ -113,17 +106,18 @@ def _query(f: dict, **change: Any) -> str:
 async def todos_screen(board: Board, request: Request, who) -> Response:  # noqa: ANN001
     human = who[0]
     f, error = _filters(request)
-    rows = await todos.list_for_human(board.core, human, endpoint=f["endpoint"] or None, queue=f["queue"] or None,
-                                      state=f["state"] or None, dead_letter=f["dead"], limit=PAGE_SIZE + 1,
-                                      offset=(f["page"] - 1) * PAGE_SIZE)
+    try:
+        rows, counts = await _list(board, human, f)
+    except Invalid as exc:  # a filter the core refused: say so and show the list without it
+        error = error or exc.message
+        f = {**f, "endpoint": "", "queue": "", "state": ""}
+        rows, counts = await _list(board, human, f)
     more = len(rows) > PAGE_SIZE
-    counts = await todos.counts_for_human(board.core, human, endpoint=f["endpoint"] or None,
-                                          queue=f["queue"] or None)
     eps = await _endpoint_rows(board, human)
     queues = sorted({q for e in eps for q in e["queues"]})
     context = dict(
         title="Todos", active="todos", rows=rows[:PAGE_SIZE], counts=counts, f=f, eps=eps, queues=queues,
-        error=error, states=STATES, state_labels=STATE_LABELS, panel_url=_query(f),
+        error=error, states=TODO_STATES, state_labels=STATE_LABELS, panel_url=_query(f),
         newer_url=_query(f, page=f["page"] - 1) if f["page"] > 1 else None,
         older_url=_query(f, page=f["page"] + 1) if more else None,
         count_url=lambda **c: _query(f, page=1, **c),
@@ -140,9 +134,9 @@ async def drawer(board: Board, request: Request, who) -> Response:  # noqa: ANN0
         context = await _load_drawer(board, who[0], request.path_params["todo_id"])
     except (NotFound, Invalid):
         return board.not_found(request, who)
-    done = request.query_params.get("done", "")
-    if done in ACTIONS:
-        context["notice"] = ACTIONS[done][1]
+    done = ACTIONS.get(request.query_params.get("done", ""))
+    if done is not None:
+        context["notice"] = done.done
     template = "drawer.html" if is_hx(request) else "todo_page.html"
     title = context["t"]["title"]
     return board.page(request, who, template, title=f"Todo: {title}", active="todos", **context)
@@ -158,59 +152,58 @@ async def drawer_live(board: Board, request: Request, who) -> Response:  # noqa:
     return board.page(request, who, "drawer_live.html", **context)
 
 
+def _decode(field: ActionField, raw: str) -> object:
+    """A form value as the action's field type; an empty value leaves the field out."""
+    if field.kind == "text":
+        return raw.strip() or None
+    if not raw.strip():
+        return None
+    if field.kind == "json":
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise Invalid(f"{field.name} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+                          argument=field.name) from None
+    if field.kind == "boolean":
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    try:
+        return int(raw)
+    except ValueError:
+        raise Invalid(f"{field.name} must be a whole number", argument=field.name) from None
+
+
 @human_post
 async def act(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
     human = who[0]
     todo_id = request.path_params["todo_id"]
-    action = request.path_params["action"]
-    if action not in ACTIONS or len(todo_id) > 64:
+    action = ACTIONS.get(request.path_params["action"])
+    if action is None:
         return board.not_found(request, who)
-    note = _str(form.get("summary")).strip() or None
-    core = board.core
     error = None
     status = 200
     try:
-        if action == "claim":
-            await todos.claim(core, human, todo_id, claimant=f"board:{human.name}")
-        elif action == "complete":
-            await todos.complete(core, human, todo_id, summary=note)
-        elif action == "fail":
-            await todos.fail(core, human, todo_id, summary=note)
-        elif action == "release":
-            await todos.release(core, human, todo_id, summary=note)
-        elif action == "extend":
-            await todos.heartbeat(core, human, todo_id)
-        elif action == "retry":
-            await todos.retry(core, human, todo_id)
-        elif action == "cancel":
-            await todos.cancel(core, human, todo_id)
-        elif action == "input":
-            raw = _str(form.get("payload"))
-            try:
-                payload = json.loads(raw)
-            except ValueError as exc:
-                raise Invalid(f"input is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
-                              argument="payload") from None
-            await todos.provide_input(core, human, todo_id, payload=payload)
-    except NotFound:
-        return board.not_found(request, who)
-    except Conflict:
-        status = 409
-        error = (f"{ACTIONS[action][0]} did not apply: this todo changed meanwhile (another worker or tab "
-                 f"moved it). Nothing was changed; here is where it stands now.")
-    except (Invalid, Forbidden) as exc:
-        status = 422
-        error = f"{ACTIONS[action][0]} did not apply: {exc.message}."
-    except CoreError:
-        raise
+        fields = {f.name: _decode(f, _str(form.get(f.name))) for f in action.fields if f.name in form}
+        await perform(board.core, human, action.name, todo_id, via="board",
+                      **{k: v for k, v in fields.items() if v is not None})
+    except CoreError as exc:
+        status = STATUS.get(exc.code, 500)
+        if status == 404 or exc.argument == "id":  # a malformed id is the same not-found as an unknown one
+            return board.not_found(request, who)
+        if status == 500:
+            raise
+        if exc.code == "conflict":
+            error = (f"{action.label} did not apply: this todo changed meanwhile (another worker or tab "
+                     f"moved it). Nothing was changed; here is where it stands now.")
+        else:
+            error = f"{action.label} did not apply: {exc.message}."
     if not is_hx(request) and error is None:
-        return RedirectResponse(f"/todos/{todo_id}?done={action}", status_code=303, headers=NO_STORE)
+        return RedirectResponse(f"/todos/{todo_id}?done={action.name}", status_code=303, headers=NO_STORE)
     try:
         context = await _load_drawer(board, human, todo_id)
     except (NotFound, Invalid):
         return board.not_found(request, who)
     if error is None:
-        context["notice"] = ACTIONS[action][1]
+        context["notice"] = action.done
     else:
         context["error"] = error
     template = "drawer_content.html" if is_hx(request) else "todo_page.html"
@@ -248,15 +241,11 @@ async def new_todo_submit(board: Board, request: Request, who, form) -> Response
             errors["payload"] = f"Payload is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
     max_attempts = None
     if values["max_attempts"].strip():
-        if not values["max_attempts"].strip().isdigit():
-            errors["max_attempts"] = "Max attempts must be a whole number from 1 to 100."
-        else:
+        try:
             max_attempts = int(values["max_attempts"])
-    if not values["endpoint"]:
-        errors["endpoint"] = "Choose an endpoint."
-    if not values["title"].strip():
-        errors["title"] = "A title is required."
-    if not errors:
+        except ValueError:
+            errors["max_attempts"] = "Max attempts must be a whole number."
+    if not errors:  # the core checks every value (the endpoint, the queue, the title's rules, the range)
         try:
             todo, _ = await producer.push(board.core, human, values["endpoint"], title=values["title"].strip(),
                                           queue=values["queue"].strip() or None, payload=payload,
