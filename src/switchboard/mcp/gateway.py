@@ -97,22 +97,34 @@ class Gateway:
         started = time.perf_counter()
         slug = scope["path_params"].get("slug", "")
         status = 0
+        gone = False  # the client left before an answer began (a body cut short, a closed socket)
 
         async def watch(message: Message) -> None:
             nonlocal status
+            if gone and status == 0:
+                return  # nobody to answer: whatever the SDK makes of the cut-short request is not logged as its status
             if message["type"] == "http.response.start":
                 status = message["status"]
             await send(message)
 
+        async def listen() -> Message:
+            nonlocal gone
+            message = await receive()
+            if message["type"] == "http.disconnect" and status == 0:
+                gone = True
+            return message
+
         facts: dict = {}
         reset = CALL_FACTS.set(facts)
         try:
-            await self._serve(scope, receive, watch, slug)
+            await self._serve(scope, listen, watch, slug)
         finally:
             CALL_FACTS.reset(reset)
-            log.info("tool call" if facts else "mcp request", extra={
-                "method": scope["method"], "endpoint": slug, "status": status,
-                "latency_ms": round((time.perf_counter() - started) * 1000, 2), **facts})
+            extra = {"method": scope["method"], "endpoint": slug, "status": 499 if gone and status == 0 else status,
+                     "latency_ms": round((time.perf_counter() - started) * 1000, 2), **facts}
+            if gone and status == 0:
+                extra["reason"] = "client_disconnect"
+            log.info("tool call" if facts else "mcp request", extra=extra)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, slug: str) -> None:
         length = host = origin = authorization = session_id = version = None

@@ -15,6 +15,7 @@ import uvicorn
 
 from .. import logs
 from ..config import Settings
+from . import transport
 from .app import create_app
 
 EXIT_PORT_BUSY = 1
@@ -87,7 +88,7 @@ def serve(settings: Settings) -> None:
     app = create_app(settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             lifespan="on", proxy_headers=False, server_header=False,
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=5, **transport.server_options(settings))
     try:
         _Server(config, settings).run(sockets=sockets)
     finally:

@@ -1,0 +1,133 @@
+"""Deadlines on how slowly a client may send: uvicorn's HTTP protocol with a head and a body deadline.
+
+uvicorn bounds the idle time between requests on a kept-alive connection (`timeout_keep_alive`) but
+nothing else: a client that sends one header line every few seconds, or a POST body one byte at a
+time, holds its socket (and, once the head is in, a running request) for as long as it likes. So:
+
+- **Head deadline** (`SWITCHBOARD_HEADER_TIMEOUT_SECONDS`): from a connection's first moment, and from
+  the first byte of every later request on it, the whole request head must arrive within this; if
+  not, the server answers 408 and closes the connection.
+- **Body deadline** (`SWITCHBOARD_BODY_TIMEOUT_SECONDS`): once the head is in, the whole body must
+  arrive within this. If not, the connection is closed and the application sees the client as gone
+  (`http.disconnect`), which it logs as one `client disconnected` line. Time the application itself
+  spends not reading (flow control paused the socket) does not count against the client.
+- **Connection cap** (`SWITCHBOARD_MAX_CONNECTIONS`): uvicorn's `limit_concurrency`; past it, a new
+  request is answered 503 at once instead of queueing.
+
+`server_options(settings)` is the one place these become uvicorn.Config arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from ..config import Settings
+
+log = logging.getLogger("switchboard.web")
+
+REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+
+
+class DeadlineHttpProtocol(HttpToolsProtocol):
+    """HttpToolsProtocol with a head deadline and a body deadline (class attributes, in seconds)."""
+
+    head_timeout: float = 10.0
+    body_timeout: float = 30.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._awaiting_head = True
+
+    # ------------------------------------------------------------------------------ the head
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head()
+
+    def _arm_head(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout, self._head_late)
+
+    def _disarm_head(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        log.info("request head too slow; connection closed",
+                 extra={"reason": "head_timeout", "status": 408, "client": _client(self.client)})
+        self.transport.write(REQUEST_TIMEOUT)
+        self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._awaiting_head:
+            self._arm_head()  # a later request on a kept-alive connection: its head starts now
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_head = False
+        self._disarm_head()
+        super().on_headers_complete()
+        self._arm_body()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._awaiting_head = True  # the next bytes start the next request's head
+
+    # ------------------------------------------------------------------------------ the body
+
+    def _arm_body(self, seconds: float | None = None) -> None:
+        if self._body_timer is None:
+            self._body_timer = self.loop.call_later(seconds or self.body_timeout, self._body_late)
+
+    def _disarm_body(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        cycle = self.cycle
+        if self.transport.is_closing() or cycle is None or not cycle.more_body or cycle.response_complete:
+            return
+        if self.flow.read_paused:  # the application is not reading: not the client's delay
+            self._arm_body(1.0)
+            return
+        log.info("request body too slow; connection closed",
+                 extra={"reason": "body_timeout", "client": _client(self.client), "path": cycle.scope["path"][:128]})
+        cycle.disconnected = True
+        cycle.message_event.set()
+        self.transport.close()
+
+    def on_message_complete(self) -> None:
+        self._disarm_body()
+        super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head()
+        self._disarm_body()
+        super().connection_lost(exc)
+
+
+def _client(client: Any) -> str | None:
+    return f"{client[0]}:{client[1]}" if client else None
+
+
+def protocol_for(settings: Settings) -> type[DeadlineHttpProtocol]:
+    return type("SwitchboardHttpProtocol", (DeadlineHttpProtocol,),
+                {"head_timeout": settings.header_timeout_seconds, "body_timeout": settings.body_timeout_seconds})
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn.Config arguments for the slow-client defences."""
+    return {"http": protocol_for(settings), "limit_concurrency": settings.max_connections,
+            "timeout_keep_alive": 5}
