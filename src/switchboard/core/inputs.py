@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from typing import Any, TypeAlias
+from typing import TypeAlias, TypeGuard
 from urllib.parse import urlsplit
 
 from .errors import Invalid
@@ -64,7 +64,7 @@ def cut_utf8(text: str, max_bytes: int) -> tuple[str, bool]:
     return raw[:max_bytes].decode("utf-8", "ignore"), True
 
 
-def summary(value: Any, argument: str = "summary") -> tuple[str | None, bool]:
+def summary(value: object, argument: str = "summary") -> tuple[str | None, bool]:
     if value is None:
         return None, False
     if not isinstance(value, str):
@@ -75,13 +75,13 @@ def summary(value: Any, argument: str = "summary") -> tuple[str | None, bool]:
     return cut_utf8(clean, SUMMARY_MAX_BYTES)
 
 
-def summary_from_result(result: Any) -> tuple[str | None, bool]:
+def summary_from_result(result: object) -> tuple[str | None, bool]:
     if result is None:
         return None, False
     return cut_utf8(json.dumps(result, separators=(",", ":"), ensure_ascii=False), SUMMARY_MAX_BYTES)
 
 
-def artifact(value: Any) -> str | None:
+def artifact(value: object) -> str | None:
     """`mcp://cairn/<id>` or an absolute https URL with a host, at most 512 bytes. Never fetched."""
     if value is None:
         return None
@@ -108,7 +108,7 @@ def artifact(value: Any) -> str | None:
     return value
 
 
-def claimant(value: Any) -> str | None:
+def claimant(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
@@ -118,7 +118,7 @@ def claimant(value: Any) -> str | None:
     return clean or None
 
 
-def lease_ttl(value: Any, default: int, *, argument: str = "lease_ttl_seconds") -> int:
+def lease_ttl(value: object, default: int, *, argument: str = "lease_ttl_seconds") -> int:
     """Per-call value, else the default; values above a day are clamped, non-positive mean default."""
     if value is None:
         return default
@@ -129,7 +129,7 @@ def lease_ttl(value: Any, default: int, *, argument: str = "lease_ttl_seconds") 
     return min(value, LEASE_MAX_SECONDS)
 
 
-def json_value(value: Any, argument: str, max_bytes: int) -> str | None:
+def json_value(value: object, argument: str, max_bytes: int) -> str | None:
     """Serialise a JSON argument for jsonb; reject what PostgreSQL would refuse or what is too big."""
     if value is None:
         return None
@@ -147,7 +147,7 @@ def json_value(value: Any, argument: str, max_bytes: int) -> str | None:
     return text
 
 
-def text(value: Any, argument: str, *, max_chars: int, required: bool = False) -> str | None:
+def text(value: object, argument: str, *, max_chars: int, required: bool = False) -> str | None:
     if value is None or value == "":
         if required:
             raise Invalid(f"{argument} is required", argument=argument)
@@ -165,7 +165,7 @@ def text(value: Any, argument: str, *, max_chars: int, required: bool = False) -
     return value
 
 
-def identifier(value: Any, argument: str, *, max_chars: int = ID_MAX_CHARS) -> str:
+def identifier(value: object, argument: str, *, max_chars: int = ID_MAX_CHARS) -> str:
     """An id or slug: a non-empty string without whitespace, control characters or lone surrogates."""
     if not isinstance(value, str) or not value or len(value) > max_chars or _IDENT_BAD.search(value):
         raise Invalid(f"{argument} must be an identifier of 1-{max_chars} printable characters",
@@ -173,18 +173,18 @@ def identifier(value: Any, argument: str, *, max_chars: int = ID_MAX_CHARS) -> s
     return value
 
 
-def is_identifier(value: Any, *, max_chars: int = ID_MAX_CHARS) -> bool:
+def is_identifier(value: object, *, max_chars: int = ID_MAX_CHARS) -> TypeGuard[str]:
     return isinstance(value, str) and 0 < len(value) <= max_chars and not _IDENT_BAD.search(value)
 
 
-def string_list(value: Any, argument: str) -> list:
+def string_list(value: object, argument: str) -> list:
     """A list (or tuple) of strings; a bare string is refused rather than split into characters."""
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise Invalid(f"{argument} must be a list of strings", argument=argument)
     return list(value)
 
 
-def state(value: Any, states: tuple[str, ...] = TODO_STATES, argument: str = "state") -> str | None:
+def state(value: object, states: tuple[str, ...] = TODO_STATES, argument: str = "state") -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str) or value not in states:
@@ -192,7 +192,7 @@ def state(value: Any, states: tuple[str, ...] = TODO_STATES, argument: str = "st
     return value
 
 
-def count(value: Any, argument: str, *, default: int, low: int, high: int) -> int:
+def count(value: object, argument: str, *, default: int, low: int, high: int) -> int:
     """A non-negative integer option; None is the default, values are clamped to [low, high]."""
     if value is None:
         return default
@@ -201,14 +201,14 @@ def count(value: Any, argument: str, *, default: int, low: int, high: int) -> in
     return max(low, min(value, high))
 
 
-def queue(value: Any, argument: str = "queue") -> str:
+def queue(value: object, argument: str = "queue") -> str:
     if not isinstance(value, str) or not _QUEUE.fullmatch(value):
         raise Invalid(f"{argument} must be 1-{QUEUE_MAX_CHARS} letters, digits or _.:- starting with a letter or digit",
                       argument=argument)
     return value
 
 
-def max_attempts(value: Any, default: int) -> int:
+def max_attempts(value: object, default: int) -> int:
     if value is None:
         return default
     if (isinstance(value, bool) or not isinstance(value, int)
@@ -218,7 +218,7 @@ def max_attempts(value: Any, default: int) -> int:
     return value
 
 
-def lease_token(value: Any) -> str | None:
+def lease_token(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or len(value) > LEASE_TOKEN_MAX_CHARS:
@@ -227,7 +227,7 @@ def lease_token(value: Any) -> str | None:
     return value
 
 
-def todo_id(value: Any) -> str:
+def todo_id(value: object) -> str:
     """Syntax only (no NUL, control characters or lone surrogates, which PostgreSQL cannot take as
     text), so the answer says nothing about which todos exist."""
     if not is_identifier(value, max_chars=ID_MAX_CHARS):
@@ -235,7 +235,7 @@ def todo_id(value: Any) -> str:
     return value
 
 
-def boolean(value: Any, argument: str, default: bool) -> bool:
+def boolean(value: object, argument: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
@@ -243,7 +243,7 @@ def boolean(value: Any, argument: str, default: bool) -> bool:
     return value
 
 
-def integer(value: Any, argument: str) -> int | None:
+def integer(value: object, argument: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -251,7 +251,7 @@ def integer(value: Any, argument: str) -> int | None:
     return value
 
 
-def question(value: Any) -> str | None:
+def question(value: object) -> str | None:
     """The holder's question: text of at most QUESTION_MAX_BYTES bytes of UTF-8; longer is refused."""
     q = text(value, "question", max_chars=QUESTION_MAX_BYTES)
     if q is not None and len(q.encode("utf-8")) > QUESTION_MAX_BYTES:
@@ -259,13 +259,13 @@ def question(value: Any) -> str | None:
     return q
 
 
-def list_limit(value: Any) -> int:
+def list_limit(value: object) -> int:
     """An endpoint's list_todos limit: 1 to LIST_LIMIT_MAX, anything else (or none) the default."""
     n = integer(value, "limit")
     return n if n is not None and 0 < n <= LIST_LIMIT_MAX else LIST_LIMIT_DEFAULT
 
 
-def attempts_limit(value: Any, *, owner_view: bool) -> int | None:
+def attempts_limit(value: object, *, owner_view: bool) -> int | None:
     """How many attempts a read returns: the owner sees every kept attempt by default."""
     n = integer(value, "attempts_limit")
     if n is None:

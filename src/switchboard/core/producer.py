@@ -3,17 +3,17 @@ active, and the queue one of its granted queues."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from . import inputs, todos
 from .endpoints import get_for_human
 from .errors import Invalid
+from .inputs import JsonValue
 from .models import Core, HumanCaller
 
 
-async def push(core: Core, human: HumanCaller, slug: Any, *, title: Any, queue: Any = None,
-               payload: Any = None, kind: Any = None, key: Any = None, max_attempts: Any = None,
-               assignee: Any = None, source: str = "operator") -> tuple[dict, bool]:
+async def push(core: Core, human: HumanCaller, slug: str, *, title: str, queue: str | None = None,
+               payload: JsonValue = None, kind: str | None = None, key: str | None = None,
+               max_attempts: int | None = None, assignee: str | None = None,
+               source: str = "operator") -> tuple[dict, bool]:
     endpoint = await get_for_human(core, human, slug)
     if endpoint["state"] != "active":
         raise Invalid("endpoint is revoked", argument="endpoint")
