@@ -74,18 +74,18 @@ async def test_pool_survives_a_database_restart(pg_uri):
 WORKER = textwrap.dedent("""
     import asyncio, os, sys, time
     from switchboard.config import load_settings
-    from switchboard.db.pool import open_pool
-    from switchboard.core.models import Core
+    from switchboard.runtime import open_runtime
     from switchboard.core import endpoints, todos
 
     async def main():
-        pool = await open_pool(os.environ["URI"], min_size=1, max_size=2)
-        core = Core(pool=pool, settings=load_settings(database_url=os.environ["URI"]))
-        caller = endpoints.caller_from_row(await endpoints.resolve_credential(core, os.environ["CRED"]))
-        got = await todos.claim_next(core, caller, lease_ttl_seconds=1, claimant="doomed")
-        await todos.heartbeat(core, caller, got.todo["id"], lease_ttl_seconds=1)
-        print("holding", flush=True)
-        time.sleep(3600)
+        settings = load_settings(database_url=os.environ["URI"])
+        async with open_runtime(settings, migrate=False, min_size=1, max_size=2) as runtime:
+            core = runtime.core
+            caller = endpoints.caller_from_row(await endpoints.resolve_credential(core, os.environ["CRED"]))
+            got = await todos.claim_next(core, caller, lease_ttl_seconds=1, claimant="doomed")
+            await todos.heartbeat(core, caller, got.todo["id"], lease_ttl_seconds=1)
+            print("holding", flush=True)
+            time.sleep(3600)
 
     asyncio.run(main())
 """)
