@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # What serving needs (`make run`) and what the tests add (`make test`), installed separately.
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run test bench install browser nginx clean screenshots
+.PHONY: run test bench install browser nginx interop clean screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,12 +46,19 @@ nginx:
 	  fi; \
 	fi
 
+# The real MCP clients of tests/interop (TypeScript SDK, MCP Inspector), pinned by its package-lock.json.
+interop:
+	@if [ ! -d tests/interop/node_modules ]; then \
+	  command -v npm >/dev/null 2>&1 || { echo "node and npm are required by tests/interop (Debian: nodejs npm)"; exit 1; }; \
+	  cd tests/interop && npm ci --no-audit --no-fund --loglevel=error; \
+	fi
+
 run: $(RUN_STAMP)
 	$(BIN)/switchboard serve
 
 # Tests write their screenshots under build/screens (ignored); `make screenshots` refreshes the
 # committed ones in docs/screens.
-test: $(STAMP) browser nginx
+test: $(STAMP) browser nginx interop
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 screenshots: $(STAMP) browser
