@@ -23,6 +23,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from .config import Settings
+from .core.errors import DatabaseUnavailable
 from .core.models import Core
 from .db.database import Database
 from .db.listen import ReadyListener
@@ -89,7 +90,8 @@ async def open_runtime(settings: Settings, *, runtime: Runtime | None = None, mi
             await db.migrate()
         pool = await open_pool(uri, min_size=min_size, max_size=max_size,
                                statement_timeout=settings.db_statement_timeout_seconds,
-                               lock_timeout=settings.db_lock_timeout_seconds)
+                               lock_timeout=settings.db_lock_timeout_seconds,
+                               timeout_error=DatabaseUnavailable)
         try:
             rt.database = db
             rt._core = Core(pool=pool, settings=settings)

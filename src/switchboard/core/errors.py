@@ -5,6 +5,8 @@ Messages never carry a token, summary or artifact. `op` and `todo_id` wrap the e
 
 from __future__ import annotations
 
+from ..db.pool import DatabaseTimeout
+
 
 class CoreError(Exception):
     code = "internal"
@@ -55,3 +57,8 @@ class Unavailable(CoreError):
 
     code = "unavailable"
     default_message = "database did not answer in time; retry"
+
+
+class DatabaseUnavailable(Unavailable, DatabaseTimeout):
+    """What the pool raises when the database did not answer in time (the runtime hands it to
+    `db.pool.open_pool`): the core error `unavailable` and a psycopg `OperationalError` at once."""

@@ -6,8 +6,10 @@ connection carries PostgreSQL's `statement_timeout` and `lock_timeout` (SWITCHBO
 SWITCHBOARD_DB_LOCK_TIMEOUT_SECONDS); a server that does not answer at all (stopped, or cut off
 without a reset) cannot enforce its own timeout, so the client also gives up on any one statement
 `CLIENT_MARGIN_SECONDS` after the statement timeout and closes that connection (the pool replaces it),
-and a checkout waits no longer than that either. All three surface as `DatabaseTimeout`, a core
-`Unavailable` error: the tool error `unavailable`, "database did not answer in time; retry".
+and a checkout waits no longer than that either. All three raise the pool's timeout error: by default
+`DatabaseTimeout` (a psycopg `OperationalError`); the runtime passes the core's `DatabaseUnavailable`,
+which is also the core error `unavailable` ("database did not answer in time; retry"). The error class
+is passed in because `db` sits below the core and imports nothing from it.
 """
 
 from __future__ import annotations
@@ -20,19 +22,20 @@ from psycopg import errors
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..core.errors import Unavailable
-
 STATEMENT_TIMEOUT_SECONDS = 10.0
 LOCK_TIMEOUT_SECONDS = 5.0
 CLIENT_MARGIN_SECONDS = 2.0
 
 
-class DatabaseTimeout(Unavailable, psycopg.OperationalError):
+class DatabaseTimeout(psycopg.OperationalError):
     """The database did not answer in time: a statement or lock timeout, no answer at all, or no
-    free connection. Both a core error (code `unavailable`) and a psycopg `OperationalError`."""
+    free connection. `code` is the core's name for it (`core.errors.DatabaseUnavailable` is both)."""
+
+    code = "unavailable"
+    default_message = "database did not answer in time; retry"
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(message or self.default_message)
 
 
 _TIMED_OUT = (errors.QueryCanceled, errors.LockNotAvailable)
@@ -45,13 +48,14 @@ class DeadlineCursor(psycopg.AsyncCursor):
         try:
             return await super().execute(*args, **kwargs)
         except _TIMED_OUT as exc:
-            raise DatabaseTimeout() from exc
+            raise getattr(self.connection, "timeout_error", DatabaseTimeout)() from exc
 
 
 class DeadlineConnection(psycopg.AsyncConnection):
     """Gives up on a statement the server does not answer within `deadline` seconds."""
 
     deadline: float | None = None
+    timeout_error: type[Exception] = DatabaseTimeout
 
     async def wait(self, gen, interval=0.1, timeout=None):  # noqa: ANN001, ANN201
         if timeout is None:
@@ -61,7 +65,7 @@ class DeadlineConnection(psycopg.AsyncConnection):
         except errors._WaitTimeout as exc:  # noqa: SLF001 (psycopg's own signal for a wait timeout)
             # The connection is mid-statement with a server that does not answer: unusable.
             self.pgconn.finish()
-            raise DatabaseTimeout() from exc
+            raise self.timeout_error() from exc
 
 
 async def _configure(conn) -> None:  # noqa: ANN001
@@ -112,11 +116,13 @@ class HotFirstPool(AsyncConnectionPool):
     when it shrinks after `max_idle`.
     """
 
+    timeout_error: type[Exception] = DatabaseTimeout
+
     async def getconn(self, timeout: float | None = None):  # noqa: ANN201
         try:
             return await super().getconn(timeout)
         except PoolTimeout as exc:
-            raise DatabaseTimeout() from exc
+            raise self.timeout_error() from exc
 
     async def _get_ready_connection(self, timeout: float | None):  # noqa: ANN201
         conn = await super()._get_ready_connection(timeout)
@@ -131,11 +137,14 @@ class HotFirstPool(AsyncConnectionPool):
 
 async def open_pool(uri: str, *, min_size: int = 2, max_size: int = 10,
                     statement_timeout: float = STATEMENT_TIMEOUT_SECONDS,
-                    lock_timeout: float = LOCK_TIMEOUT_SECONDS) -> AsyncConnectionPool:
+                    lock_timeout: float = LOCK_TIMEOUT_SECONDS,
+                    timeout_error: type[Exception] = DatabaseTimeout) -> AsyncConnectionPool:
     """`statement_timeout`, `lock_timeout`: seconds (settings `db_statement_timeout_seconds`,
-    `db_lock_timeout_seconds`)."""
+    `db_lock_timeout_seconds`); `timeout_error`: what a timed-out statement or checkout raises
+    (called without arguments)."""
     deadline = statement_timeout + CLIENT_MARGIN_SECONDS
-    connection_class = type("PoolConnection", (DeadlineConnection,), {"deadline": deadline})
+    connection_class = type("PoolConnection", (DeadlineConnection,),
+                            {"deadline": deadline, "timeout_error": timeout_error})
     pool = HotFirstPool(
         uri,
         min_size=min_size,
@@ -148,5 +157,6 @@ async def open_pool(uri: str, *, min_size: int = 2, max_size: int = 10,
         check=check_idle_connection,
         timeout=deadline,
     )
+    pool.timeout_error = timeout_error
     await pool.open(wait=True, timeout=30)
     return pool
