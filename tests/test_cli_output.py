@@ -126,3 +126,12 @@ def test_version_and_kind_help(cli_env):
     push = sb(cli_env, "todo", "push", "--help")
     line = next(line for line in push.stdout.splitlines() if "--kind" in line)
     assert "kind of work" in line
+
+
+def test_the_relay_commands_text_output_is_inert(capsys):
+    from switchboard.relay import cli as relay_cli
+
+    relay_cli._emit({"task": "t1", "how": HOSTILE}, False, lambda o: print(f"{o['task']} gated ({o['how']})"))
+    out = capsys.readouterr().out
+    assert_inert(out)
+    assert "\\x1b]0;PWNED" in out

@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable, Optional
 import typer
 from rich.console import Console
 
+from ..cli.common import printable, printable_obj
 from .client import CREDENTIAL_ENV, TOKEN_ENV, URL_ENV, Connection, RelayError, Server, connection_from
 from .epic import Epic, EpicError, load, parse_command
 
@@ -43,7 +44,7 @@ def _console() -> Console:
 
 
 def _fail(message: str, code: int) -> None:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {printable(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -86,7 +87,7 @@ def _emit(obj: dict, as_json: bool, text: Callable[[dict], None]) -> None:
     if as_json:
         sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
     else:
-        text(obj)
+        text(printable_obj(obj))  # no control character from a task or an agent reaches the terminal
 
 
 # -------------------------------------------------------------------------------------------- init
