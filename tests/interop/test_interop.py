@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -175,6 +176,16 @@ async def test_typescript_agent_example_drains(core, server):
         got = await todos.get(core, await _caller_of(core, a), t["id"])
         assert got["state"] == "done" and got["result"] == {"echo": t["payload"]}
         assert got["attempts"][0]["claimant"].startswith("ts-agent/")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/mcp.md"])
+def test_documented_typescript_agent_is_the_tested_file(doc):
+    """The TypeScript snippet in the docs is the example file the test above runs, after its header."""
+    text = (ROOT / doc).read_text()
+    blocks = re.findall(r"```js\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 1, f"{doc}: expected one js block"
+    source = AGENT.read_text()
+    assert source.endswith(blocks[0]) and blocks[0].startswith("import { Client }"), doc
 
 
 async def _caller_of(core, agent):
