@@ -47,6 +47,11 @@ async def test_registration_refuses_ipv6_forms_of_private_addresses(core):
         with pytest.raises(Invalid) as exc:
             await hooks.add(core, w.h1, w.slug1, url=f"https://[{address}]/h")
         assert exc.value.argument == "url" and why in exc.value.message, address
+    # Legacy spellings of 127.0.0.1 and 169.254.169.254 that the system resolver accepts.
+    for host in ("127.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1", "0xa9fea9fe"):
+        with pytest.raises(Invalid) as exc:
+            await hooks.add(core, w.h1, w.slug1, url=f"https://{host}/h")
+        assert exc.value.argument == "url", host
     assert await hooks.list_for_endpoint(core, w.h1, w.slug1) == []  # nothing was stored
     added, _ = await hooks.add(core, w.h1, w.slug1, url="https://[2002:808:808::1]/h")
     assert added["url"] == "https://[2002:808:808::1]/h"

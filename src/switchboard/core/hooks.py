@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import secrets
+import socket
 import uuid
 from datetime import datetime
 from typing import Any
@@ -98,9 +99,24 @@ def control_characters(text: str) -> bool:
     return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
 
 
+def numeric_host(host: str) -> str | None:
+    """The IP address a URL's host names by itself, or None for a name to resolve. Besides the
+    standard forms this reads the legacy IPv4 spellings the system resolver accepts (`127.1`,
+    `2130706433`, `0x7f.0.0.1`, `0177.0.0.1`)."""
+    try:
+        return str(ipaddress.ip_address(host.split("%", 1)[0]))
+    except ValueError:
+        pass
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host))  # parsing only, no lookup
+    except OSError:
+        return None
+
+
 def check_url(url: Any, *, allow_private: bool) -> str:
     """Validate a hook target. https only, no control characters, no credentials in the URL, at most
-    2048 bytes; an IP literal must be globally routable (`address_refusal`). Host names are resolved and checked again before every attempt.
+    2048 bytes; an IP literal (in any spelling) must be globally routable (`address_refusal`). Host
+    names are resolved and checked again before every attempt.
 
     `allow_private` (SWITCHBOARD_HOOKS_ALLOW_PRIVATE, tests only) also admits plain http.
     """
@@ -128,12 +144,8 @@ def check_url(url: Any, *, allow_private: bool) -> str:
     if port == 0:
         raise Invalid("url has an invalid port", argument="url")
     if not allow_private:
-        try:
-            ipaddress.ip_address(parts.hostname)
-            literal = True
-        except ValueError:
-            literal = False
-        if literal and (why := address_refusal(parts.hostname)):
+        literal = numeric_host(parts.hostname)
+        if literal and (why := address_refusal(literal)):
             raise Invalid(f"url points at a {why}; hooks go to public https targets only", argument="url")
         if parts.hostname.rstrip(".").lower() in ("localhost",) or parts.hostname.endswith(".localhost"):
             raise Invalid("url points at a loopback address; hooks go to public https targets only",
