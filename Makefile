@@ -5,6 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # What serving needs (`make run`) and what the tests add (`make test`), installed separately.
 RUN_STAMP := $(VENV)/.installed-run
+# The tests that take the screenshots committed in docs/screens.
+SCREENSHOT_TESTS := tests/test_board_screens.py tests/test_board_auth.py tests/test_board_drawer.py \
+                    tests/test_a2ui_render.py
 
 .PHONY: run test bench install browser nginx interop clean screenshots
 
@@ -62,8 +65,7 @@ test: $(STAMP) browser nginx interop
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 screenshots: $(STAMP) browser
-	SWITCHBOARD_SCREENS_DIR=$(CURDIR)/docs/screens $(BIN)/python -m pytest tests/test_board_screens.py \
-	  tests/test_a2ui_render.py $(PYTEST_ARGS)
+	SWITCHBOARD_SCREENS_DIR=$(CURDIR)/docs/screens $(BIN)/python -m pytest $(SCREENSHOT_TESTS) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/store_bench.py

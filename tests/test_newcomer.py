@@ -4,8 +4,10 @@ what `make run` and `make test` do, where the README tour writes its files, and 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, make_settings, start_thread_server
@@ -69,7 +71,17 @@ def test_make_test_writes_no_tracked_screenshot_and_make_screenshots_refreshes_t
     assert "SWITCHBOARD_SCREENS_DIR" not in make_n("test")
     screenshots = make_n("screenshots")
     assert f"SWITCHBOARD_SCREENS_DIR={ROOT}/docs/screens" in screenshots
-    assert "tests/test_board_screens.py" in screenshots and "tests/test_a2ui_render.py" in screenshots
+    # Every test that takes a committed screenshot runs there: a name in docs/screens comes from one of them.
+    taking = {"tests/test_board_screens.py", "tests/test_board_auth.py", "tests/test_board_drawer.py",
+              "tests/test_a2ui_render.py"}
+    assert all(name in screenshots for name in taking), screenshots
+    named = set()
+    for test in taking:
+        text = (ROOT / test).read_text()
+        named |= {f"board-{n}.png" for n in re.findall(r'screenshot\(page, "([a-z-]+)"', text)}
+        named |= {"a2ui-todo.png"} if "a2ui-todo.png" in text else set()
+    tracked = subprocess.run(["git", "ls-files", "docs/screens"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert {Path(line).name for line in tracked.split()} <= named
 
 
 def test_the_license_is_an_spdx_string_with_a_setuptools_that_reads_it():
