@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SCREENSHOT_TESTS := tests/test_board_screens.py tests/test_board_auth.py tests/test_board_drawer.py \
                     tests/test_a2ui_render.py
 
-.PHONY: run test bench install browser nginx interop clean screenshots
+.PHONY: run test bench install browser nginx interop clean screenshots soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/mcp_bench.py
 	$(BIN)/python bench/doorbell_bench.py
+
+# The chaos soak (bench/soak.py, docs/reliability.md): 10 minutes of faults over 3 serving processes
+# and 30 agents; exits non-zero on any violation. `make test` runs a short one.
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -85,6 +85,9 @@ PG_CTL_FAULTS = ("pg_restart_fast", "pg_restart_immediate", "pg_sigstop")
 VERB_OUTCOME = {"complete": "completed", "fail": "failed", "release": "released"}
 VERB_DISPOSITIONS = {"complete": {"done"}, "fail": {"retry_scheduled", "dead_lettered"}, "release": {"requeued"}}
 DIED = {"lease_expired", "reaped"}
+# Tool errors after which the call may still have taken effect (docs/mcp.md): the agent retries, and the
+# checks treat the call like one whose answer was lost.
+UNSURE_ERRORS = {"err:unavailable", "err:internal"}
 CALL_TIMEOUT = 12.0  # seconds an agent waits for one call before it gives the connection up
 SLACK = 0.5  # seconds of clock slack between the database's now() and this machine's time.time()
 
@@ -374,6 +377,8 @@ class Agent:
         if tool == "claim_next" and r == "ok":
             extra = {"todo": got["todo"]["id"], "seq": got["attempt_seq"]}
         self.log(e="call", g=lane["gen"], tool=tool, c=claimant, t0=t0, t1=t1, r=r, **extra)
+        if r in UNSURE_ERRORS or r == "err:rate_limited":
+            raise Broken(r)  # retried after a pause, on another process, with the lease still held
         return got
 
     async def loop(self, conn, lane: dict) -> None:  # noqa: ANN001
@@ -779,7 +784,7 @@ class Soak:
                                      headers={"Authorization": f"Bearer {self.token}"}) as http:
             next_at = time.monotonic()
             while self.pushing:
-                if self.backlog < self.args.agents * 3:
+                if self.backlog < self.args.agents:
                     n += 1
                     t = asyncio.create_task(self.push_one(http, n))
                     pending.add(t)
@@ -1119,7 +1124,7 @@ class Soak:
             a = by_claimant.get(claimant)
             claim = s["claim"] or {"r": "x:killed"}  # the agent died while its claim was in flight
             r = claim["r"]
-            if r == "empty" or r.startswith(("n:", "refused:")) or (r.startswith("err:") and r != "err:internal"):
+            if r == "empty" or r.startswith(("n:", "refused:")) or (r.startswith("err:") and r not in UNSURE_ERRORS):
                 if a is not None:
                     v.append(f"claim {claimant} answered {r} yet attempt {a['todo_id']}#{a['seq']} exists")
                 continue
@@ -1133,7 +1138,8 @@ class Soak:
             acked = [o for o in s["ops"] if o["tool"] in VERB_OUTCOME and o["r"] == "ok"]
             if len(acked) > 1:
                 v.append(f"claim {claimant}: {len(acked)} reports acknowledged")
-            ended_ambiguously = [o["tool"] for o in s["ops"] if o["tool"] in VERB_OUTCOME and o["r"].startswith("x:")]
+            ended_ambiguously = [o["tool"] for o in s["ops"] if o["tool"] in VERB_OUTCOME
+                                 and (o["r"].startswith("x:") or o["r"] in UNSURE_ERRORS)]
             answered = Counter(o["tool"] for o in s["ops"])
             ended_ambiguously += [verb for verb in VERB_OUTCOME if s["sent"][verb] > answered[verb]]  # in flight
             allowed = set()
