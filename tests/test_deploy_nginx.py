@@ -468,3 +468,49 @@ def test_deploy_guide_commands_run(pg_server):
             for (name,) in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'restored_%%' "
                                         "OR datname = %s", (psycopg.conninfo.conninfo_to_dict(uri)["dbname"],)):
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def test_sigterm_lets_a_request_in_flight_finish(pg_server):
+    """What docs/deploy.md says about a stop: the listener closes at once, a request already being
+    received is answered, then the process exits."""
+    uri = create_database(pg_server)
+    work = workdir()
+    port = free_port()
+    srv = Serve(uri, "sb1", port, f"http://127.0.0.1:{port}", work)
+    try:
+        srv.start()
+        async with core_for(uri) as core:
+            agent = await vend(core, queues=["inbox"])
+            token, _ = await humans.create_token(core, agent.human)
+        sent_head = asyncio.Event()
+
+        async def slow_body():
+            yield b'{"title": '
+            sent_head.set()
+            await asyncio.sleep(1.5)  # SIGTERM arrives while the body is still coming
+            yield b'"pushed while stopping"}'
+
+        async with httpx.AsyncClient(timeout=20) as http:
+            call = asyncio.ensure_future(http.post(
+                f"{srv.url}/api/v1/endpoints/{agent.slug}/todos", content=slow_body(),
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}))
+            await sent_head.wait()
+            await asyncio.sleep(0.3)
+            began = time.monotonic()
+            srv.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            with pytest.raises(httpx.ConnectError):  # no new connections once stopping
+                await http.get(f"{srv.url}/healthz", headers={"Connection": "close"})
+            answered = await call
+            assert answered.status_code == 201, answered.text
+        exit_code = await asyncio.to_thread(srv.proc.wait, 15)
+        # uvicorn shuts down cleanly, then re-raises the signal it caught: the exit is "by SIGTERM".
+        assert exit_code == -signal.SIGTERM and time.monotonic() - began < 5
+        assert "Traceback" not in srv.log.read_text()
+        with psycopg.connect(uri) as conn:
+            assert conn.execute("SELECT title FROM todos").fetchall() == [("pushed while stopping",)]
+    finally:
+        srv.kill()
+        shutil.rmtree(work, ignore_errors=True)
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{psycopg.conninfo.conninfo_to_dict(uri)["dbname"]}" WITH (FORCE)')
