@@ -59,6 +59,7 @@ class Settings(BaseSettings):
     doorbell_gate_seconds: float = Field(60.0, ge=0)
     hooks_allow_private: bool = False
     a2ui: bool = False
+    mcp_apps: bool = False  # the todo-detail view as an MCP App (mcp/apps.py)
     secret_key: str | None = None
     user: str | None = None
     header_timeout_seconds: float = Field(10.0, gt=0, le=600)  # a request's head must arrive within this

@@ -205,8 +205,11 @@ class McpSurface:
 
     async def _list_tools(self, ctx: ServerRequestContext, params: Any) -> dict:
         # Per-caller lists: never cached across callers (2026 cache hints; dropped in the handshake era).
-        return {"tools": tools.listing_for(_caller(ctx)), "ttlMs": 0, "cacheScope": "private",
-                "resultType": "complete"}
+        listing = tools.listing_for(_caller(ctx))
+        for provider in self.providers:  # MCP Apps links get_todo to its view
+            decorate = getattr(provider, "decorate_tools", None)
+            listing = decorate(listing) if decorate is not None else listing
+        return {"tools": listing, "ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
 
     async def _call_tool(self, ctx: ServerRequestContext, params: types.CallToolRequestParams) -> dict:
         started = time.perf_counter()

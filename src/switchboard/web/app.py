@@ -28,6 +28,7 @@ from starlette.types import ASGIApp
 from ..config import Settings
 from ..core import health, sweeps
 from ..mcp import a2ui as mcp_a2ui
+from ..mcp import apps as mcp_apps
 from ..mcp import doorbell as mcp_doorbell
 from ..mcp import server as mcp_server
 from ..runtime import Component, Runtime, open_runtime
@@ -73,8 +74,9 @@ def compose(runtime: Runtime) -> tuple[Surfaces, list[Component]]:
     hooks = _build("hooks", lambda: web_hooks.HookSender(runtime, listener=runtime.listener,
                                                           metrics=metrics.metrics))
     a2ui = _build("a2ui", lambda: mcp_a2ui.provider(runtime))
+    apps = _build("apps", lambda: mcp_apps.provider(runtime))
     mcp = _build("mcp", lambda: mcp_server.McpSurface(
-        runtime, providers=[a2ui] if a2ui is not None else [],
+        runtime, providers=[p for p in (a2ui, apps) if p is not None],
         observe_tool_call=metrics.metrics.observe_tool_call))
     doorbell = _build("doorbell", lambda: mcp_doorbell.Doorbell(
         runtime, listener=runtime.listener, mcp=mcp, count_rings=metrics.metrics.doorbell_rings))
