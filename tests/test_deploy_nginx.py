@@ -399,10 +399,10 @@ async def test_sdk_drains_through_nginx_and_a_session_survives_the_other_process
     # Every MCP request of a session went to the process named in its id.
     lines = (work / "access.log").read_text().splitlines()
     port_of = {name: srv.port for name, srv in servers.items()}
-    routed = [line for line in lines if "session=sb" in line]
-    assert routed
+    routed = [line for line in lines if "session_of=sb" in line]
+    assert routed and not any(a_id in line for line in lines)  # the log names the process, not the id
     for line in routed:
-        instance = re.search(r"session=(sb\d)\.", line).group(1)
+        instance = re.search(r"session_of=(sb\d)$", line).group(1)
         assert f"upstream=127.0.0.1:{port_of[instance]}" in line, line
     print(f"\nsb2 stopped in {stopped_in:.2f} s after SIGTERM; {len(pushed)} todos drained")
 
