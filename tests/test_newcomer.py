@@ -130,3 +130,13 @@ def test_logs_default_to_text_on_a_terminal_and_json_otherwise(logging_restored)
             logs.configure("info", fmt, stream=terminal)
             assert isinstance(logging.getLogger("switchboard").handlers[0].formatter, want)
         os.close(master)
+
+
+def test_the_banner_says_which_log_format_is_in_use():
+    from switchboard.config import load_settings
+    from switchboard.web.server import banner
+
+    piped = banner(load_settings(database_url="postgresql://x/y"))  # the suite's stderr is not a terminal
+    assert "Logs:    JSON lines on stderr (SWITCHBOARD_LOG_FORMAT=auto" in piped
+    chosen = banner(load_settings(database_url="postgresql://x/y", log_format="text"))
+    assert "Logs:    text on stderr (SWITCHBOARD_LOG_FORMAT=text" in chosen

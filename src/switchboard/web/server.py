@@ -28,11 +28,14 @@ class PortBusy(Exception):
 def banner(settings: Settings) -> str:
     base = settings.public_base_url
     where = "external PostgreSQL" if settings.database_url else f"embedded PostgreSQL in {settings.data_dir}"
+    log_format = "text" if logs.choose_format(settings.log_format, sys.stderr) == "text" else "JSON lines"
     return (
         f"\nSwitchboard is running ({where}).\n"
         f"  Board:   {base}/\n"
         f"  MCP:     {base}/mcp/<slug>\n"
-        f"  Health:  {base}/healthz\n\n"
+        f"  Health:  {base}/healthz\n"
+        f"  Logs:    {log_format} on stderr (SWITCHBOARD_LOG_FORMAT={settings.log_format}; "
+        "auto is text on a terminal, JSON otherwise)\n\n"
         "First endpoint, from another terminal (README.md, 'A tour from the command line'):\n"
         "  export SWITCHBOARD_USER=alice\n"
         "  echo 'choose-a-passphrase' | .venv/bin/switchboard user add alice --password-stdin\n"
