@@ -208,23 +208,23 @@ async def test_inspector_cli(core, server):
     a = await vend(core, agent="inspector", queues=["inbox"])
     t = await push(core, a, "seen by the inspector", payload={"k": "v"})
 
-    # --strict: the Inspector's tool-schema portability check must find no error-severity problem.
-    listed = await asyncio.to_thread(inspector, server.url, a, "--method", "tools/list", "--strict")
+    def run(*args: str, exit_code: int = 0):
+        return asyncio.to_thread(inspector, server.url, a, *args, exit_code=exit_code)
+
+    # Read-only calls, run side by side. --strict: the Inspector's tool-schema portability check must
+    # find no error-severity problem.
+    listed, got, refused, resources, read = await asyncio.gather(
+        run("--method", "tools/list", "--strict"),
+        run("--method", "tools/call", "--tool-name", "get_todo", "--tool-arg", f"id={t['id']}"),
+        run("--method", "tools/call", "--tool-name", "get_todo", "--tool-arg", f"id={UNKNOWN_ID}", exit_code=5),
+        run("--method", "resources/list"),
+        run("--method", "resources/read", "--uri", "switchboard://queues/inbox"))
+
     assert [tool["name"] for tool in listed["tools"]] == [v for v in VERBS if v in {*DEFAULT_VERBS, "get_todo"}]
     assert all("outputSchema" in tool for tool in listed["tools"])
-
-    got = await asyncio.to_thread(inspector, server.url, a, "--method", "tools/call", "--tool-name", "get_todo",
-                                  "--tool-arg", f"id={t['id']}")
     assert got.get("isError") is not True and got["structuredContent"]["id"] == t["id"]
     assert json.loads(got["content"][0]["text"]) == got["structuredContent"]
-
-    refused = await asyncio.to_thread(inspector, server.url, a, "--method", "tools/call", "--tool-name",
-                                      "get_todo", "--tool-arg", f"id={UNKNOWN_ID}", exit_code=5)
     assert refused["isError"] is True and "structuredContent" not in refused
     assert json.loads(refused["content"][0]["text"]) == {"error": {"code": "not_found", "message": "todo not found"}}
-
-    resources = await asyncio.to_thread(inspector, server.url, a, "--method", "resources/list")
     assert [r["uri"] for r in resources["resources"]] == ["switchboard://queues/inbox"]
-    read = await asyncio.to_thread(inspector, server.url, a, "--method", "resources/read", "--uri",
-                                   "switchboard://queues/inbox")
     assert json.loads(read["contents"][0]["text"])["pending"] == 1

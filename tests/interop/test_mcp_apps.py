@@ -20,7 +20,7 @@ import subprocess
 import pytest
 from conftest import ROOT, chromium_path, start_process_server
 from mcp_support import body, push, sdk, vend
-from test_interop import HERE, INSPECTOR, MODULES, inspector, node
+from test_interop import HERE, MODULES, inspector, node
 
 from switchboard.core import endpoints, sweeps, todos
 from switchboard.mcp import apps
