@@ -49,12 +49,15 @@ nginx:
 	  fi; \
 	fi
 
-# The real MCP clients of tests/interop (TypeScript SDK, MCP Inspector), pinned by its package-lock.json.
-interop:
-	@if [ ! -d tests/interop/node_modules ]; then \
-	  command -v npm >/dev/null 2>&1 || { echo "node and npm are required by tests/interop (Debian: nodejs npm)"; exit 1; }; \
-	  cd tests/interop && npm ci --no-audit --no-fund --loglevel=error; \
-	fi
+# The real MCP clients of tests/interop (TypeScript SDK, MCP Inspector, MCP Apps SDK), pinned by its
+# package-lock.json; reinstalled when that lock is newer than the install.
+INTEROP := tests/interop/node_modules/.package-lock.json
+$(INTEROP): tests/interop/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "node and npm are required by tests/interop (Debian: nodejs npm)"; exit 1; }
+	cd tests/interop && npm ci --no-audit --no-fund --loglevel=error
+	touch $(INTEROP)
+
+interop: $(INTEROP)
 
 run: $(RUN_STAMP)
 	$(BIN)/switchboard serve
