@@ -126,7 +126,8 @@ async def test_attempts_table_has_the_req1_fields_and_a_deferred_exclusion(scrat
             SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'todo_attempts'""")}
         assert set(cols) == {"todo_id", "seq", "attempt", "claimer_kind", "claimer_endpoint_id", "claimer_session",
                              "owner", "claimant", "claimed_at", "last_heartbeat_at", "lease_expires_at", "ended_at",
-                             "outcome", "disposition", "summary", "summary_truncated", "artifact", "lease_token_hash"}
+                             "outcome", "disposition", "summary", "summary_truncated", "artifact", "lease_token_hash",
+                             "owner_extended_at"}  # 0005: an owner's lease extension, apart from heartbeats
         assert cols["lease_token_hash"] == "bytea" and cols["claimer_endpoint_id"] == "uuid"
         con = (await _rows(conn, """SELECT contype, condeferrable, condeferred FROM pg_constraint
                                      WHERE conname = 'one_open_attempt'"""))[0]
