@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from ..core.states import HELD_STATES, TodoState
 from .epic import Epic
 from .gating import gate_of_dead_letter
 from .receipts import parse_summary
@@ -102,16 +103,16 @@ def task_views(epic: Epic, state: EpicState) -> dict[str, TaskView]:
             view.waiting_on = unfinished
         else:
             st = current.get("state")
-            if st == "done":
+            if st == TodoState.DONE:
                 view.status = "completed"
-            elif st in ("claimed", "input-required"):
+            elif st in HELD_STATES:
                 view.status = "in_progress"
-            elif st == "pending":
+            elif st == TodoState.PENDING:
                 view.status = "pending"
-            elif st == "failed" and current.get("next_retry_at"):
+            elif st == TodoState.FAILED and current.get("next_retry_at"):
                 view.status = "pending"
                 view.retry_at = current.get("next_retry_at")
-            elif st == "failed":
+            elif st == TodoState.FAILED:
                 reason, at, detail = gate_of_dead_letter(current.get("attempts") or [])
                 view.status = "gated"
                 view.gate = {"reason": reason, "gated_at": at or current.get("updated_at"), "detail": detail}

@@ -16,6 +16,7 @@ canceled) so that it runs only once they have; a canceled task is pushed again.
 
 from __future__ import annotations
 
+from ..core.states import TodoState
 from .client import Refused, RelayError, Server
 from .epic import Epic
 from .ledger import TaskView, task_views
@@ -50,7 +51,7 @@ async def block(server: Server, epic: Epic, task_id: str, reason: str | None = N
             title=task_title(epic, task_id), queue=epic.queue, payload=task_payload(epic, task_id), kind=TASK_KIND,
             key=task_key(epic.id, task_id), max_attempts=epic.max_attempts_per_task)
     state = todo["state"]
-    if state == "input-required":
+    if state == TodoState.INPUT_REQUIRED:
         await server.producer.action(todo["id"], "cancel")
         return {"task": task_id, "todo": todo["id"], "gate": "user_blocked", "how": "canceled"}
     if state == "claimed":

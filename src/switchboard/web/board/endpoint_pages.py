@@ -22,6 +22,7 @@ from starlette.routing import Route
 from ...core import endpoints, inputs, todos
 from ...core.errors import Invalid, NotFound
 from ...core.models import DEFAULT_VERBS, VERBS, effective_verbs
+from ...core.states import LIVE_STATES, TodoState
 from .kit import NO_STORE, Board, human_page, human_post
 
 VERB_HELP = {
@@ -208,8 +209,8 @@ async def vended(board: Board, request: Request, who) -> Response:  # noqa: ANN0
 
 async def _live_count(board: Board, who, slug: str) -> int:  # noqa: ANN001
     counts = await todos.counts_for_human(board.core, who[0], endpoint=slug)
-    parked = counts["failed"] - counts["dead_letter"]
-    return counts["pending"] + counts["claimed"] + counts["input-required"] + parked
+    parked = counts[TodoState.FAILED] - counts["dead_letter"]
+    return sum(counts[s] for s in LIVE_STATES) + parked
 
 
 @human_page
