@@ -63,7 +63,7 @@ class Settings(BaseSettings):
     secret_key: str | None = None
     user: str | None = None
     header_timeout_seconds: float = Field(10.0, gt=0, le=600)  # a request's head must arrive within this
-    body_timeout_seconds: float = Field(30.0, gt=0, le=3600)  # and each body chunk within this of the last
+    body_timeout_seconds: float = Field(30.0, gt=0, le=3600)  # and its whole body within this after the head
     max_connections: int = Field(1000, ge=1)  # open HTTP connections; past it new requests get 503
     db_statement_timeout_seconds: float = Field(10.0, gt=0, le=3600)  # PostgreSQL statement_timeout
     db_lock_timeout_seconds: float = Field(5.0, gt=0, le=3600)  # PostgreSQL lock_timeout
