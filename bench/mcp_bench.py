@@ -147,7 +147,7 @@ class LightClient:
     async def tool(self, name: str, arguments: dict) -> dict:
         result = await self.request("tools/call", {"name": name, "arguments": arguments})
         if result.get("isError"):
-            raise RuntimeError(f"{name}: {result['structuredContent']}")
+            raise RuntimeError(f"{name}: {result['content'][0]['text']}")  # errors carry no structuredContent
         return result["structuredContent"]
 
 
