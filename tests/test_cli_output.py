@@ -135,3 +135,13 @@ def test_the_relay_commands_text_output_is_inert(capsys):
     out = capsys.readouterr().out
     assert_inert(out)
     assert "\\x1b]0;PWNED" in out
+
+
+@pytest.mark.parametrize("module", ["switchboard.relay.cli", "switchboard.relay.display", "switchboard.relay.loop",
+                                    "switchboard.cli"])
+def test_each_module_imports_first_without_a_cycle(module):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]

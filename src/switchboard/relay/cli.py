@@ -17,7 +17,6 @@ from typing import Any, Awaitable, Callable, Optional
 import typer
 from rich.console import Console
 
-from ..cli.common import printable, printable_obj
 from .client import CREDENTIAL_ENV, TOKEN_ENV, URL_ENV, Connection, RelayError, Server, connection_from
 from .epic import Epic, EpicError, load, parse_command
 
@@ -44,6 +43,8 @@ def _console() -> Console:
 
 
 def _fail(message: str, code: int) -> None:
+    from ..cli.common import printable
+
     typer.echo(f"error: {printable(message)}", err=True)
     raise typer.Exit(code)
 
@@ -87,6 +88,8 @@ def _emit(obj: dict, as_json: bool, text: Callable[[dict], None]) -> None:
     if as_json:
         sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
     else:
+        from ..cli.common import printable_obj  # here: the `switchboard` command imports this module
+
         text(printable_obj(obj))  # no control character from a task or an agent reaches the terminal
 
 
