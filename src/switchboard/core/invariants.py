@@ -11,7 +11,9 @@ Returns a list of violations (empty when the database is consistent):
   with the lease clock stopped, a pending or finished one holds no lease);
 - counters agree: a parked retry is below the cap, attempts_pruned <= attempts_total (attempt may pass
   max_attempts: a todo released at the cap is claimable again and dead-letters on its next end);
-- no attempt ends before it was claimed.
+- no attempt ends before it was claimed;
+- an owner's lease extension is recorded only on an agent's attempt (the owner's own extension of
+  their own lease is a heartbeat), never before the claim.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ CHECKS = {
             OR (state <> '{S.FAILED}' AND next_retry_at IS NOT NULL)""",
     "attempt ended before it was claimed": """
         SELECT todo_id FROM todo_attempts WHERE ended_at < claimed_at""",
+    "owner extension on the owner's own attempt, or before its claim": """
+        SELECT todo_id FROM todo_attempts
+         WHERE owner_extended_at IS NOT NULL AND (claimer_kind = 'owner' OR owner_extended_at < claimed_at)""",
 }
 
 
