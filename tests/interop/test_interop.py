@@ -195,11 +195,13 @@ async def _caller_of(core, agent):
 # ---------------------------------------------------------------------------- MCP Inspector CLI
 
 def inspector(server_url: str, agent, *args: str, exit_code: int = 0) -> dict:
-    """One Inspector CLI run; its stdout is the JSON result. It exits 5 when a tool answers isError."""
-    proc = subprocess.run(
-        [node(), str(INSPECTOR), "--cli", agent.url(server_url), "--transport", "http",
-         "--header", f"Authorization: Bearer {agent.credential}", *args],
-        cwd=HERE, capture_output=True, text=True, timeout=60)
+    """One Inspector CLI run; its stdout is the JSON result. It exits 5 when a tool answers isError.
+    Its own HOME keeps the Inspector's state files out of the user's home and apart between runs."""
+    with tempfile.TemporaryDirectory(prefix="inspector-home-") as home:
+        proc = subprocess.run(
+            [node(), str(INSPECTOR), "--cli", agent.url(server_url), "--transport", "http",
+             "--header", f"Authorization: Bearer {agent.credential}", *args],
+            cwd=HERE, env={**os.environ, "HOME": home}, capture_output=True, text=True, timeout=60)
     assert proc.returncode == exit_code, f"inspector {args} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout)
 
