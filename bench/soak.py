@@ -88,6 +88,7 @@ DIED = {"lease_expired", "reaped"}
 # Tool errors after which the call may still have taken effect (docs/mcp.md): the agent retries, and the
 # checks treat the call like one whose answer was lost.
 UNSURE_ERRORS = {"err:unavailable", "err:internal"}
+AUTH_CODES = {"unauthorized", "forbidden", "revoked"}  # a tool error refusing the credential itself
 CALL_TIMEOUT = 12.0  # seconds an agent waits for one call before it gives the connection up
 SLACK = 0.5  # seconds of clock slack between the database's now() and this machine's time.time()
 
@@ -398,7 +399,7 @@ class Agent:
                                                              "claimant": claimant, "lease_ttl_seconds": ttl},
                                   claimant)
             if "error" in got or got.get("empty"):
-                await asyncio.sleep(self.rng.uniform(0.2, 0.6))
+                await asyncio.sleep(self.rng.uniform(0.3, 1.0))
                 continue
             roll = self.rng.random()
             verb = "complete" if roll < 0.85 else "fail" if roll < 0.95 else "release"
@@ -574,6 +575,8 @@ class Soak:
         self.hosts: list[asyncio.subprocess.Process | None] = []
         self.host_specs: list[list[dict]] = []
         self.incarnations = 0
+        self.host_incarnation: dict[int, int] = {}
+        self.killed_incarnations: set[int] = set()
         self.host_logs: list[Path] = []
         self.lanes: list[Lane] = []
         self.gens = 0
@@ -591,6 +594,8 @@ class Soak:
         self.drain_timed_out = False
         self.violations: list[str] = []
         self.extra_http: JsonLines | None = None
+        self.loads: list[float] = []
+        self.pg_version = "?"
 
     # ------------------------------------------------------------------------ database and CLI
 
@@ -673,6 +678,7 @@ class Soak:
 
     def start_host(self, i: int) -> asyncio.Future:
         self.incarnations += 1
+        self.host_incarnation[i] = self.incarnations
         log = self.work / f"agents-{i}-{self.incarnations}.jsonl"
         self.host_logs.append(log)
         cfg = {"incarnation": self.incarnations, "log": str(log), "lease_ttl": self.args.lease_ttl,
@@ -743,6 +749,13 @@ class Soak:
             f"{n_lanes} lanes; work in {self.work}")
 
     # ---------------------------------------------------------------------------------- pusher
+
+    async def watch_load(self) -> None:
+        """The 1-minute load average every 5 s: the machine is shared, and the figures depend on it."""
+        while True:
+            with contextlib.suppress(OSError):
+                self.loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
+            await asyncio.sleep(5)
 
     async def watch_backlog(self) -> None:
         while self.pushing:
@@ -821,6 +834,7 @@ class Soak:
         proc = self.hosts[i]
         proc.kill()
         await proc.wait()
+        self.killed_incarnations.add(self.host_incarnation[i])
         pause = self.rng.uniform(0.5, 2.0)
         await asyncio.sleep(pause)
         self.hosts[i] = await self.start_host(i)
@@ -906,7 +920,13 @@ class Soak:
                 except httpx.HTTPError as exc:
                     statuses.append(type(exc).__name__)
                     continue
-                self.extra_http(e="http", g=lane.gen, m="probe", t0=t0, t1=time.time(), s=r.status_code)
+                refused = r.status_code in (401, 403)
+                with contextlib.suppress(Exception):
+                    result = r.json().get("result", {})
+                    body = result.get("structuredContent") or json.loads(result["content"][0]["text"])
+                    refused = refused or body.get("error", {}).get("code") in AUTH_CODES
+                self.extra_http(e="http", g=lane.gen, m="probe", t0=t0, t1=time.time(), s=r.status_code,
+                                refused=refused)
                 statuses.append(r.status_code)
         return statuses
 
@@ -1040,9 +1060,11 @@ class Soak:
         v = self.violations
         async with await self.connect() as conn:
             v += [f"invariant: {p}" for p in await invariants.check(conn)]
+            self.pg_version = (await (await conn.execute("SHOW server_version")).fetchone())["server_version"]
             cur = await conn.execute(
                 "SELECT t.id, t.state, t.next_retry_at, t.attempt, t.attempts_total, t.attempts_pruned, "
-                "t.idempotency_key AS key, t.result, e.slug, t.lease_expires_at, now() AS now "
+                "t.idempotency_key AS key, t.result, e.slug, t.lease_expires_at, now() AS now, "
+                "e.state AS endpoint_state, t.created_at, e.revoked_at "
                 "FROM todos t JOIN endpoints e ON e.id = t.endpoint_id")
             todos = {r["id"]: r for r in await cur.fetchall()}
             cur = await conn.execute(
@@ -1072,7 +1094,11 @@ class Soak:
             for t in found:
                 if t["state"] == "done" or (t["state"] == "failed" and t["next_retry_at"] is None):
                     continue
-                if self.drain_timed_out:
+                if t["endpoint_state"] == "revoked":  # nobody can ever claim it, nor will a sweep end it
+                    v.append(f"todo {t['id']} is {t['state']} on a revoked endpoint: created "
+                             f"{(t['created_at'] - t['revoked_at']).total_seconds() * 1000:+.1f} ms after "
+                             f"the revocation's timestamp")
+                elif self.drain_timed_out:
                     live_left[f"{t['state']} (the drain ran out of time)"] += 1
                 else:
                     v.append(f"todo {t['id']} still {t['state']} after a drain that emptied the live lanes")
@@ -1119,7 +1145,9 @@ class Soak:
         for a in attempts:
             if a["claimant"] not in seen:
                 v.append(f"attempt {a['todo_id']}#{a['seq']} by {a['claimant']!r}: no agent logged that claim")
-        expected_kinds = Counter()
+        causes: dict[str, Counter] = defaultdict(Counter)
+        cancelled = {r["c"] for r in records if r["e"] == "cancelled" and r.get("c")}
+        abandoned = {r["c"]: r["why"] for r in records if r["e"] == "abandon"}
         for claimant, s in seen.items():
             a = by_claimant.get(claimant)
             claim = s["claim"] or {"r": "x:killed"}  # the agent died while its claim was in flight
@@ -1143,21 +1171,26 @@ class Soak:
             answered = Counter(o["tool"] for o in s["ops"])
             ended_ambiguously += [verb for verb in VERB_OUTCOME if s["sent"][verb] > answered[verb]]  # in flight
             allowed = set()
+            incarnation = int(claimant.split("/")[1].split(".")[0])
             if acked:
                 allowed = {VERB_OUTCOME[acked[0]["tool"]]}
-                kind = "reported"
+                kind = f"reported ({acked[0]['tool']} acknowledged)"
                 if a["disposition"] not in VERB_DISPOSITIONS[acked[0]["tool"]]:
                     v.append(f"attempt {a['todo_id']}#{a['seq']}: {acked[0]['tool']} acknowledged, "
                              f"disposition {a['disposition']}")
             else:
                 allowed = DIED | {"revoked"}
-                kind = "died (holder gone, cut off or lost its lease)"
                 for verb in ended_ambiguously:
                     allowed.add(VERB_OUTCOME[verb])
-                    kind = "report answer lost"
-                if r != "ok":
-                    kind = "claim answer lost"
-            expected_kinds[kind] += 1
+                lost = any(o["r"] in ("err:conflict", "err:not_found") for o in s["ops"])
+                kind = ("agent task cancelled while holding" if claimant in cancelled else
+                        "agent process killed while holding" if incarnation in self.killed_incarnations else
+                        "claim answer lost (reset, timeout, 'unavailable')" if r != "ok" else
+                        f"lane revoked while holding ({abandoned[claimant]})" if claimant in abandoned else
+                        "lease lapsed during a fault (conflict on the next call)" if lost else
+                        "report answer lost (reset, timeout, 'unavailable')" if ended_ambiguously else
+                        "holder stopped without a report")
+            causes[kind][a["outcome"]] += 1
             if a["outcome"] not in allowed:
                 v.append(f"attempt {a['todo_id']}#{a['seq']} ({claimant}): outcome {a['outcome']}, "
                          f"expected one of {sorted(allowed)}")
@@ -1190,20 +1223,24 @@ class Soak:
                                  f"after {other} claimed attempt {seq}")
 
         # no credential accepted after its revocation returned
+        # (tool calls by their answer, whichever client; other requests by their HTTP status)
         accepted_after = []
         for r in records:
-            if r["e"] != "http" or r["g"] not in revoked:
+            if r.get("g") not in revoked or r["t0"] <= revoked[r["g"]].returned:
                 continue
-            if r["t0"] > revoked[r["g"]].returned and 200 <= r["s"] < 300:
-                accepted_after.append(r)
+            if r["e"] == "call" and r["tool"] not in ("open", "session"):
+                if r["r"] in ("ok", "empty") or (r["r"].startswith("err:") and r["r"][4:] not in AUTH_CODES):
+                    accepted_after.append(dict(r, what=f"{r['tool']} answered {r['r']}"))
+            elif r["e"] == "http" and r["m"] != "tools/call" and 200 <= r["s"] < 300 and not r.get("refused"):
+                accepted_after.append(dict(r, what=f"{r['m']} answered HTTP {r['s']}"))
         for r in accepted_after[:20]:
-            v.append(f"revoked credential (lane gen {r['g']}) accepted: {r['m']} sent "
-                     f"{r['t0'] - revoked[r['g']].returned:.3f} s after the revocation returned, status {r['s']}")
+            v.append(f"revoked credential (lane gen {r['g']}) accepted: {r['what']}, sent "
+                     f"{r['t0'] - revoked[r['g']].returned:.3f} s after the revocation returned")
         if len(accepted_after) > 20:
             v.append(f"... and {len(accepted_after) - 20} more calls accepted with revoked credentials")
 
         return {"todos": todos, "attempts": attempts, "calls": calls, "records": records,
-                "live_left": live_left, "expected": expected_kinds, "accepted_after": accepted_after}
+                "live_left": live_left, "causes": causes, "accepted_after": accepted_after}
 
     # ---------------------------------------------------------------------------------- report
 
@@ -1230,7 +1267,8 @@ class Soak:
         errs: dict[str, Counter] = defaultdict(Counter)
         for c in calls:
             w = window_of(c["t0"])
-            if c["tool"] == "claim_next" and c["r"] in ("ok", "empty"):
+            first = (c.get("c") or "").endswith("/1")  # a fresh connection's first call: start-up, not the fault
+            if c["tool"] == "claim_next" and c["r"] in ("ok", "empty") and not first:
                 lat[w].append((c["t1"] - c["t0"]) * 1000)
             if c["r"] not in ("ok", "empty"):
                 kind = c["r"] if not c["r"].startswith("err:") else f"tool {c['r'][4:]}"
@@ -1244,6 +1282,9 @@ class Soak:
                  f"{self.args.duration:.0f} s from start to the last fault ({self.fault_seconds():.0f} s of faults "
                  f"from the first), {self.args.servers} serving processes, "
                  f"{self.args.agents} agents, lease {self.args.lease_ttl} s, sweep every {self.args.sweep_interval} s",
+                 "", f"machine: {machine()}, PostgreSQL {self.pg_version}; load average (1 min) during the run: "
+                     f"min {min(self.loads, default=0):.1f}, median {statistics.median(self.loads or [0]):.1f}, "
+                     f"max {max(self.loads, default=0):.1f}",
                  "", "| todos | count |", "| --- | ---: |",
                  f"| pushed (answered) | {pushed['created']} |",
                  f"| pushed (answer lost, settled by key) | {pushed['unknown']} |",
@@ -1252,8 +1293,9 @@ class Soak:
         lines += [f"| live after the drain: {k} | {n} |" for k, n in sorted(got["live_left"].items())]
         lines += ["", "| attempts by outcome/disposition | count |", "| --- | ---: |"]
         lines += [f"| {k} | {n} |" for k, n in sorted(outcomes.items())]
-        lines += ["", "| attempts by what the agent saw | count |", "| --- | ---: |"]
-        lines += [f"| {k} | {n} |" for k, n in sorted(got["expected"].items())]
+        lines += ["", "| what happened to the holder | attempts | recorded outcomes |", "| --- | ---: | --- |"]
+        lines += [f"| {k} | {sum(c.values())} | {', '.join(f'{o} {n}' for o, n in c.most_common())} |"
+                  for k, c in sorted(got["causes"].items())]
         lines += ["", "| fault | injected | claims in window | p50 ms | p99 ms | max ms | agent errors in window |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for kind in (*FAULT_KINDS, "(no fault)"):
@@ -1295,11 +1337,13 @@ class Soak:
             await self.setup()
 
             backlog = asyncio.create_task(self.watch_backlog())
+            load = asyncio.create_task(self.watch_load())
             self.pusher_task = asyncio.create_task(self.pusher())
             await asyncio.sleep(self.args.warmup)
             await self.inject()
             await self.drain()
             backlog.cancel()
+            load.cancel()
             got = await self.check()
             summary = self.report(got)
             return 1 if summary["violations"] else 0
