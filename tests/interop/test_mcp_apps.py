@@ -2,7 +2,8 @@
 
 - The wire: get_todo's tools/list entry links `ui://switchboard/todo-detail.html`, which is listed and
   read as `text/html;profile=mcp-app` with a CSP that allows no network source; off by default; only
-  for endpoints granted get_todo. The MCP Inspector's `--app-info` probe reads the link as a host would.
+  for endpoints granted get_todo. The links validate against the MCP Apps SDK's JSON Schema, and the
+  MCP Inspector's `--app-info` probe reads the link as a host would.
 - The build: the committed HTML is what `apps_view/build.mjs` makes from the pinned MCP Apps SDK.
 - The render: headless Chromium, the view in a sandboxed iframe, driven by the SDK's host-side
   `AppBridge` with a real get_todo result: attempts newest first, the died one marked, a summary made
@@ -17,6 +18,7 @@ import json
 import re
 import subprocess
 
+import jsonschema
 import pytest
 from conftest import ROOT, chromium_path, start_process_server
 from mcp_support import body, push, sdk, vend
@@ -90,6 +92,26 @@ async def test_get_todo_links_the_view_and_the_view_is_a_resource(core, server):
         assert apps.TODO_VIEW_URI not in {str(r.uri) for r in (await c.list_resources()).resources}
         with pytest.raises(Exception, match="resource not found"):
             await c.read_resource(apps.TODO_VIEW_URI)
+
+
+def _apps_schema(name: str) -> jsonschema.protocols.Validator:
+    """A definition of the MCP Apps SDK's own JSON Schema (ext-apps' generated schema.json)."""
+    node()
+    doc = json.loads((MODULES / "@modelcontextprotocol" / "ext-apps" / "dist" / "src" / "generated"
+                      / "schema.json").read_text())
+    key = "$defs" if "$defs" in doc else "definitions"
+    return jsonschema.Draft202012Validator({**doc, "$ref": f"#/{key}/{name}"})
+
+
+async def test_the_links_match_the_mcp_apps_schema(core, server):
+    a = await vend(core, queues=["inbox"])
+    async with sdk(server.url, a) as c:
+        tool = {t.name: t for t in (await c.list_tools()).tools}["get_todo"]
+        resource = {str(r.uri): r for r in (await c.list_resources()).resources}[apps.TODO_VIEW_URI]
+    _apps_schema("McpUiToolMeta").validate(tool.meta["ui"])
+    _apps_schema("McpUiResourceMeta").validate(resource.meta["ui"])
+    with pytest.raises(jsonschema.ValidationError):  # the schema does check: a wrong type fails
+        _apps_schema("McpUiToolMeta").validate({"resourceUri": 7})
 
 
 async def test_off_by_default(core, live_server):
