@@ -28,8 +28,9 @@ Faults, one at a time at random intervals (each kind at least once, then at rand
                         fresh request with the revoked credential is sent to every process
   slow_clients          connections trickling a request head or body a byte at a time
 
-Then it drains (faults and pushes stop, agents finish what they hold and stop, `switchboard sweep
---once` after the leases lapse) and checks, exiting 1 on any violation:
+Then it drains (faults and pushes stop, the agents work the queues empty, finish what they hold and
+stop; the processes' sweeps reap what killed holders left, `switchboard sweep --once` as a last word)
+and checks, exiting 1 on any violation:
   - the invariant checker (switchboard.core.invariants) is clean;
   - no todo held by two holders at once: attempt spans of a todo do not overlap, and no agent's
     fenced call was accepted after a later claim of the same todo had been answered;
@@ -42,8 +43,11 @@ Then it drains (faults and pushes stop, agents finish what they hold and stop, `
   - counters equal the history (attempt counter, attempts_total, rows, done todos);
   - no credential was accepted (a 2xx answer) on a request sent after its revocation returned.
 
-It prints a summary table: todos pushed/done, attempts by outcome, faults by kind, claim latency
-(p50/p99/max) inside each fault's window and outside any, errors seen by agents by kind.
+It prints a summary table: todos pushed/done, attempts by outcome and by what happened to the holder,
+faults by kind, claim latency (p50/p99/max) inside each fault's window and outside any, errors seen by
+agents by kind, each revocation; then one line `SOAK-SUMMARY {json}` for scripts. Exit status: 0 clean,
+1 a violation, 2 bad arguments. --duration counts from the start (start-up included) to the end of the
+fault injection; every fault kind runs once first, even past it. docs/reliability.md reads a run.
 
     make soak                                                  # 10 minutes, 3 processes, 30 agents
     .venv/bin/python bench/soak.py --duration 60 --servers 2 --agents 8     # the short version
@@ -1311,11 +1315,13 @@ class Soak:
                           f"{statistics.median(self.slow_cuts) if self.slow_cuts else float('nan'):.1f} s, max "
                           f"{max(self.slow_cuts) if self.slow_cuts else float('nan'):.1f} s), "
                           f"{self.slow_uncut} still open after 15 s"]
-        rv = self.revocations
-        if rv:
-            lines += [f"revocations: {len(rv)}, CLI took {statistics.median([r.returned - r.started for r in rv]):.2f} s "
-                      f"median; calls accepted with a revoked credential after it returned: "
-                      f"{len(got['accepted_after'])}"]
+        if self.revocations:
+            lines += ["", "| revocation (lane generation) | CLI took s | accepted after it returned | "
+                          "last one accepted, s after |", "| --- | ---: | ---: | ---: |"]
+            for rv in self.revocations:
+                late = [r["t0"] - rv.returned for r in got["accepted_after"] if r["g"] == rv.gen]
+                lines.append(f"| {rv.gen} | {rv.returned - rv.started:.2f} | {len(late)} | "
+                             f"{max(late) if late else float('nan'):.3f} |")
         lines += ["", f"violations: {len(self.violations)}"] + [f"  - {x}" for x in self.violations[:60]]
         if len(self.violations) > 60:
             lines.append(f"  ... {len(self.violations) - 60} more")
@@ -1399,7 +1405,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--settle", type=float, default=2.0, help="seconds after a fault still counted in its window")
     p.add_argument("--drain", type=float, default=None, help="seconds the drain may take (default duration/10, "
                                                              "10..60)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the fault schedule (default: random)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs) afterwards")
     p.add_argument("--agent-host", metavar="CONFIG", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
