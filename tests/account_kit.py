@@ -18,6 +18,8 @@ def client_from(base: str, address: str = "127.0.0.1", **kw) -> httpx.AsyncClien
 
 
 async def login_token(client: httpx.AsyncClient) -> str:
+    """The sign-in form's token (the client's session cookie, if any, is dropped first)."""
+    client.cookies.delete("sb_session")
     page = await client.get("/login")
     return re.search(r'name="login_token" value="([^"]+)"', page.text).group(1)
 
@@ -26,8 +28,8 @@ async def try_sign_in(client: httpx.AsyncClient, name: str, password: str = PASS
                       token: str | None = None) -> httpx.Response:
     """POST the sign-in form (fetching the form's token first unless given)."""
     token = token or await login_token(client)
-    return await client.post("/login", data={"name": name, "password": password, "login_token": token},
-                             cookies={"sb_login": token})
+    client.cookies.set("sb_login", token)
+    return await client.post("/login", data={"name": name, "password": password, "login_token": token})
 
 
 async def sign_in(base: str, name: str, password: str = PASSWORD, address: str = "127.0.0.1") -> str:

@@ -316,3 +316,66 @@ def test_embedded_server_is_shared_and_stopped_by_the_last_process():
     assert [e["slug"] for e in listed["endpoints"]] == [ep["slug"]]
     assert _postmaster_pid(data) is None
     shutil.rmtree(data, ignore_errors=True)
+
+
+# --------------------------------------------------------------- accounts: passwords at the prompt
+
+def _on_a_terminal(env: dict, *args: str, keys: list[bytes], timeout: float = 60) -> tuple[int, str]:
+    """Run the command on a pseudo-terminal (its controlling terminal, stdin and output), typing each
+    of `keys` when a prompt ending in ': ' appears; returns (exit code, all it printed)."""
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.execve(SB, [SB, *args], env)
+    output, pending, deadline = b"", list(keys), time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            output += chunk
+            if pending and output.endswith(b": "):
+                time.sleep(0.2)  # as a person would: the terminal settles before the keys arrive
+                os.write(fd, pending.pop(0))
+    finally:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), output.decode("utf-8", "replace")
+
+
+def test_user_add_refuses_an_empty_password_and_ends_cleanly_at_end_of_input(cli_env):
+    name = f"u{uuid.uuid4().hex[:8]}"
+    # Enter at the prompt: refused, nothing created.
+    code, out = _on_a_terminal(cli_env, "user", "add", name, keys=[b"\r"])
+    assert code == 2 and "error: a password is required" in out and "Traceback" not in out, out
+    # Ctrl-D at the prompt: one line, exit 2, no traceback.
+    code, out = _on_a_terminal(cli_env, "user", "add", name, keys=[b"\x04"])
+    lines = [ln for ln in out.replace("\r", "").splitlines() if ln.strip()]
+    assert code == 2 and lines[-1] == "error: no password given (end of input)", out
+    assert "Traceback" not in out and "Abort" not in out and len(lines) <= 2, out
+    # Two different passwords: refused.
+    code, out = _on_a_terminal(cli_env, "user", "add", name, keys=[b"first-password\r", b"other-password\r"])
+    assert code == 2 and "error: the two passwords differ" in out, out
+    # Standard input that is not a terminal, without --password-stdin; an empty --password-stdin.
+    refused(cli_env, "user", "add", name, code=2, contains="--password-stdin", stdin="")
+    refused(cli_env, "user", "add", name, "--password-stdin", code=2, contains="no password", stdin="\n")
+    refused(cli_env, "user", "add", name, "--password-stdin", code=2, contains="no password", stdin="")
+    # None of that made the user; typed twice, it is made, and its password signs in.
+    code, out = _on_a_terminal(cli_env, "user", "add", name, keys=[b"typed-password\r", b"typed-password\r"])
+    assert code == 0 and f"created user {name}" in out, out
+
+    async def check(core):
+        return await humans.verify_password(core, name, "typed-password")
+
+    assert _core(cli_env, check).name == name
+    # A password-less user is made only on purpose, for the dev login.
+    dev = ok_json(cli_env, "user", "add", f"d{uuid.uuid4().hex[:8]}", "--no-password")
+    assert dev["password"] is False

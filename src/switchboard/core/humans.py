@@ -1,7 +1,9 @@
 """Humans (Board accounts, argon2id passwords) and their API tokens (`sbh_…`, stored as SHA-256).
 
-argon2 hashing and verification run in a worker thread (the C library releases the GIL), so a burst of
-sign-ins never holds the event loop; how many run at once is the Board's sign-in gate's business.
+argon2 hashing and verification run in a small pool of worker threads at the lowest CPU priority (the
+C library releases the GIL, and the threads it starts for its lanes inherit the priority), so a burst
+of sign-ins neither holds the event loop nor takes the CPU from requests; how many sign-ins wait for
+the pool is the Board's sign-in gate's business.
 A password change or disabling a human ends every Board session of that human in the same
 transaction; API tokens are listed and revoked here, and every request checks the database.
 """
@@ -9,7 +11,10 @@ transaction; API tokens are listed and revoked here, and every request checks th
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -26,6 +31,24 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 _hasher = PasswordHasher()
 # Verifying against this keeps the time of an unknown name close to a wrong password.
 _DUMMY_HASH = _hasher.hash("switchboard-not-a-password")
+HASH_THREADS = 2
+HASH_NICE = 19
+
+
+def _lowest_priority() -> None:
+    """Run this worker thread (and the argon2 lane threads it starts) at the lowest CPU priority."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HASH_NICE)
+    except (AttributeError, OSError):  # pragma: no cover - not Linux: the thread runs at normal priority
+        pass
+
+
+_hash_pool = ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="argon2",
+                                initializer=_lowest_priority)
+
+
+async def _in_hash_pool(fn: Any, *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(_hash_pool, fn, *args)
 
 
 def _name(value: Any) -> str:
@@ -78,7 +101,7 @@ async def by_id(core: Core, human_id: Any) -> HumanCaller | None:
 
 
 async def _hash(password: str) -> str:
-    return await asyncio.to_thread(_hasher.hash, password)
+    return await _in_hash_pool(_hasher.hash, password)
 
 
 def _matches(stored: str, password: str) -> bool:
@@ -101,7 +124,7 @@ async def verify_password(core: Core, name: str, password: str) -> HumanCaller |
         return None
     password = password.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     stored = row["password_hash"] if row and row["password_hash"] else _DUMMY_HASH
-    if not await asyncio.to_thread(_matches, stored, password):
+    if not await _in_hash_pool(_matches, stored, password):
         return None
     if row is None or not row["password_hash"] or row["disabled_at"] is not None:
         return None
