@@ -197,6 +197,7 @@ def serve(uri: str, log_level: str, variant: str | None = None) -> Served:
     port = free_port()
     env = dict(os.environ, SWITCHBOARD_DATABASE_URL=uri, SWITCHBOARD_PORT=str(port), SWITCHBOARD_HOST="127.0.0.1",
                SWITCHBOARD_RATE_LIMIT_RPS="1000000", SWITCHBOARD_RATE_LIMIT_BURST="1000000",
+               SWITCHBOARD_MCP_MAX_SESSIONS_PER_ENDPOINT="100000",  # the memory figure holds --sessions on one endpoint
                SWITCHBOARD_LOG_LEVEL=log_level, SWITCHBOARD_SWEEP_INTERVAL_SECONDS="3600")
     log = open(os.environ.get("MCP_BENCH_SERVER_LOG", os.devnull), "wb")
     command = ([sys.executable, str(ROOT / "bench" / "mcp_variant_server.py"), variant] if variant
