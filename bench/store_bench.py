@@ -55,7 +55,7 @@ from psycopg.rows import dict_row
 from switchboard.config import load_settings
 from switchboard.core import endpoints, humans, todos
 from switchboard.core.models import Core, EndpointCaller
-from switchboard.core.queries import Q, _fragments
+from switchboard.core.queries import FRAGMENTS_FILE, Q, _read, parse
 from switchboard.db import migrate
 from switchboard.db.pool import open_pool
 
@@ -155,6 +155,10 @@ INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, owner, claimed_a
                            outcome, disposition)
 SELECT id, 1, 1, 'endpoint', %(owner)s, claimed_at, claimed_at, claimed_at, 'completed', 'done' FROM d
 """
+
+
+def _fragments() -> dict[str, str]:
+    return parse(_read(FRAGMENTS_FILE), FRAGMENTS_FILE)
 
 
 def _splice(sql: str) -> str:
