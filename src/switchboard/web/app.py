@@ -36,6 +36,8 @@ from . import api as web_api
 from . import board as web_board
 from . import hooks as web_hooks
 from . import hosts as web_hosts
+from . import intake_api as web_intake_api
+from . import intake_hook as web_intake_hook
 from . import metrics as web_metrics
 from . import security as web_security
 from .board.kit import Board
@@ -81,6 +83,7 @@ def compose(runtime: Runtime) -> tuple[Surfaces, list[Component]]:
     doorbell = _build("doorbell", lambda: mcp_doorbell.Doorbell(
         runtime, listener=runtime.listener, mcp=mcp, count_rings=metrics.metrics.doorbell_rings))
     board = _build("board", lambda: web_board.build(runtime))
+    intake = _build("intake", lambda: web_intake_hook.IntakeReceiver(runtime, registry=metrics.metrics.registry))
     metrics.metrics.registry.register(mcp.gateway.sessions_cap)  # live MCP sessions, evictions
     surfaces = Surfaces(metrics=metrics, hooks=hooks, mcp=mcp, a2ui=a2ui, doorbell=doorbell, board=board)
     components = [
@@ -89,6 +92,7 @@ def compose(runtime: Runtime) -> tuple[Surfaces, list[Component]]:
         mcp_server.component(mcp),
         mcp_doorbell.component(doorbell),
         web_api.component(),
+        web_intake_hook.component(intake), web_intake_api.component(),  # POST /webhooks/w/…, /api/v1/intakes
         web_board.component(board, runtime),
         web_security.component(),  # its wrap adds the security headers to every response
         web_hosts.component(runtime.settings),  # last: outermost, the Host allow-list before any routing

@@ -1,0 +1,183 @@
+"""`switchboard intake create|list|show|rules|remove|quarantine|replay`: webhook intakes (docs/intake.md).
+
+An intake turns signed webhooks from another system into todos on one of your endpoints' queues.
+`create` prints the URL (its token) and the secret once. INTAKE is an intake's id or name.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .common import emit, human, printable, read_json_arg, run, settings
+
+app = typer.Typer(no_args_is_help=True, help="Webhook intakes: signed webhooks from other systems become todos.")
+UserOpt = typer.Option(None, "--user", help="Act as this human (default: SWITCHBOARD_USER).")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON object.")
+IntakeArg = typer.Argument(..., metavar="INTAKE", help="The intake's id or name.")
+
+
+def _summary(i: dict) -> str:
+    state = "enabled" if i["enabled"] else "disabled"
+    return (f"{printable(i['name'])}  {i['source']}  -> {i['endpoint']}/{i['queue']}  {state}  "
+            f"rules {len(i['rules'])}  accepted {i['accepted']}  duplicates {i['duplicates']}  "
+            f"quarantined {i['held']} held  verify failures {i['verify_failures']}")
+
+
+@app.command("create")
+def intake_create(name: str = typer.Argument(..., help="A name for the intake, unique among yours."),
+                  endpoint: str = typer.Option(..., "--endpoint", help="The endpoint whose queue gets the todos."),
+                  source: str = typer.Option(..., "--source", help="github, standard, hmac or bearer."),
+                  queue: Optional[str] = typer.Option(None, "--queue",
+                                                      help="The queue (needed when the endpoint has several)."),
+                  secret: Optional[str] = typer.Option(None, "--secret",
+                                                       help="Use this secret (default: a fresh one is made)."),
+                  rules: Optional[str] = typer.Option(None, "--rules", help="Routing rules: JSON, @file or @-."),
+                  user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Make an intake; prints its URL and secret once."""
+    from ..core import intakes
+
+    parsed = read_json_arg(rules, "rules")
+
+    async def work(core):
+        return await intakes.create(core, await human(core, user), name=name, endpoint=endpoint, source=source,
+                                    queue=queue, secret=secret, rules=parsed)
+
+    intake, token, key = run(work)
+    url = settings().public_base_url + intakes.hook_path(token)
+
+    def text(o: dict) -> None:
+        i = o["intake"]
+        typer.echo(f"intake {printable(i['name'])} ({i['intake_id']}) -> {i['endpoint']}/{i['queue']}\n"
+                   f"  url:     {o['url']}\n  secret:  {o['secret']}\n"
+                   "  (both shown once: paste them into the sender's webhook settings now)")
+
+    emit({"intake": intake, "url": url, "token": token, "secret": key}, as_json, text)
+
+
+@app.command("list")
+def intake_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Your intakes with their counters (never a secret)."""
+    from ..core import intakes
+
+    async def work(core):
+        return await intakes.list_for_human(core, await human(core, user))
+
+    rows = run(work)
+
+    def text(o: dict) -> None:
+        if not o["intakes"]:
+            typer.echo("no intakes")
+        for i in o["intakes"]:
+            typer.echo(_summary(i))
+
+    emit({"intakes": rows}, as_json, text)
+
+
+@app.command("show")
+def intake_show(ref: str = IntakeArg, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """One intake: its target, counters and rules."""
+    import json
+
+    from ..core import intakes
+
+    async def work(core):
+        return await intakes.get(core, await human(core, user), ref)
+
+    intake = run(work)
+
+    def text(o: dict) -> None:
+        i = o["intake"]
+        typer.echo(_summary(i))
+        typer.echo(f"  id: {i['intake_id']}  url token: {i['token_prefix']}…  created {i['created_at']}")
+        typer.echo(printable(json.dumps(i["rules"], indent=2), multiline=True))
+
+    emit({"intake": intake}, as_json, text)
+
+
+@app.command("rules")
+def intake_rules(ref: str = IntakeArg,
+                 set_: Optional[str] = typer.Option(None, "--set", help="Replace the rules: JSON, @file or @-."),
+                 user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Print an intake's routing rules, or replace them with --set (every expression is checked)."""
+    import json
+
+    from ..core import intakes
+
+    parsed = read_json_arg(set_, "set")
+
+    async def work(core):
+        who = await human(core, user)
+        if set_ is None:
+            return await intakes.get(core, who, ref)
+        return await intakes.set_rules(core, who, ref, parsed)
+
+    intake = run(work)
+    emit({"rules": intake["rules"]}, as_json,
+         lambda o: typer.echo(printable(json.dumps(o["rules"], indent=2), multiline=True)))
+
+
+@app.command("remove")
+def intake_remove(ref: str = IntakeArg, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Delete an intake with its quarantine; its URL stops working at once."""
+    from ..core import intakes
+
+    async def work(core):
+        return await intakes.remove(core, await human(core, user), ref)
+
+    removed = run(work)
+    emit({"removed": removed}, as_json, lambda o: typer.echo(f"removed intake {printable(o['removed']['name'])}"))
+
+
+@app.command("quarantine")
+def intake_quarantine(ref: str = IntakeArg,
+                      item: Optional[str] = typer.Argument(None, help="One quarantined delivery, shown in full."),
+                      drop: bool = typer.Option(False, "--drop", help="Drop ITEM instead of showing it."),
+                      user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """List the deliveries held back (no rule matched, or the rule failed); show or drop one."""
+    import json
+
+    from ..core import intakes
+
+    async def work(core):
+        who = await human(core, user)
+        if item is None:
+            return {"quarantine": await intakes.quarantine(core, who, ref)}
+        if drop:
+            return {"dropped": await intakes.drop(core, who, ref, item)}
+        return {"item": await intakes.quarantined(core, who, ref, item)}
+
+    out = run(work)
+
+    def text(o: dict) -> None:
+        if "dropped" in o:
+            typer.echo(f"dropped {o['dropped']['item_id']}")
+        elif "item" in o:
+            d = o["item"]
+            typer.echo(f"{d['item_id']}  {d['received_at']}  event {printable(d['event'] or '-')}  "
+                       f"delivery {printable(d['delivery'] or '-')}\n  reason: {printable(d['reason'])}")
+            typer.echo(printable(json.dumps(d["document"], indent=2), multiline=True))
+        elif not o["quarantine"]:
+            typer.echo("nothing quarantined")
+        else:
+            for d in o["quarantine"]:
+                typer.echo(f"{d['item_id']}  {d['received_at']}  {printable(d['event'] or '-'):<16} "
+                           f"{printable(d['reason'])}")
+
+    emit(out, as_json, text)
+
+
+@app.command("replay")
+def intake_replay(ref: str = IntakeArg, item: str = typer.Argument(..., help="The quarantined delivery."),
+                  user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Route a quarantined delivery again with the current rules; on success it becomes a todo."""
+    from ..core import intakes
+
+    async def work(core):
+        return await intakes.replay(core, await human(core, user), ref, item)
+
+    todo, created = run(work)
+    emit({"todo": todo, "created": created}, as_json,
+         lambda o: typer.echo(f"{'created' if o['created'] else 'found live'} todo {o['todo']['id']}: "
+                              f"{printable(o['todo']['title'])}"))
