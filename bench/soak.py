@@ -1187,10 +1187,13 @@ class Soak:
                 for verb in ended_ambiguously:
                     allowed.add(VERB_OUTCOME[verb])
                 lost = any(o["r"] in ("err:conflict", "err:not_found") for o in s["ops"])
+                revoked_under = s["gen"] in revoked and any(o["t0"] >= revoked[s["gen"]].started for o in s["ops"])
                 kind = ("agent task cancelled while holding" if claimant in cancelled else
                         "agent process killed while holding" if incarnation in self.killed_incarnations else
                         "claim answer lost (reset, timeout, 'unavailable')" if r != "ok" else
                         f"lane revoked while holding ({abandoned[claimant]})" if claimant in abandoned else
+                        "lane revoked while holding (the next call passed authentication: conflict)"
+                        if lost and revoked_under else
                         "lease lapsed during a fault (conflict on the next call)" if lost else
                         "report answer lost (reset, timeout, 'unavailable')" if ended_ambiguously else
                         "holder stopped without a report")
