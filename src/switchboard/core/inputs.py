@@ -38,6 +38,8 @@ OWNER_LIST_LIMIT_MAX = 500      # the owner's lists (API, CLI, Board); larger va
 OFFSET_MAX = 2**31 - 1
 ATTEMPTS_LIMIT_DEFAULT = 20     # attempts in an endpoint's get_todo
 ATTEMPTS_LIMIT_MAX = 50
+BATCH_CLAIM_MAX = 100           # claim_next's max_todos: 1 to this; other values are refused
+BATCH_CLOSE_MAX = 100           # items of one complete / fail call: 1 to this; more are refused
 
 # A JSON value as the core stores it (payload, result, input).
 JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
@@ -273,3 +275,25 @@ def attempts_limit(value: object, *, owner_view: bool) -> int | None:
     if n <= 0:  # a non-positive limit means the default
         return ATTEMPTS_LIMIT_DEFAULT
     return min(n, OFFSET_MAX if owner_view else ATTEMPTS_LIMIT_MAX)
+
+
+def max_todos(value: object) -> int:
+    """claim_next's batch size: an integer from 1 to BATCH_CLAIM_MAX; anything else is refused."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BATCH_CLAIM_MAX:
+        raise Invalid(f"max_todos must be an integer from 1 to {BATCH_CLAIM_MAX}", argument="max_todos")
+    return value
+
+
+def batch_items(value: object, allowed: frozenset[str]) -> list[dict]:
+    """The `items` of a batched complete / fail: a list of 1 to BATCH_CLOSE_MAX objects with only the
+    `allowed` keys. Each item's values are checked by the verb (errors name `items`)."""
+    if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= BATCH_CLOSE_MAX:
+        raise Invalid(f"items must be a list of 1 to {BATCH_CLOSE_MAX} objects", argument="items")
+    for n, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise Invalid(f"items[{n}] must be an object", argument="items")
+        unknown = sorted(str(k) for k in item if k not in allowed)
+        if unknown:
+            name = "".join(ch if ch.isprintable() else "?" for ch in unknown[0][:64])
+            raise Invalid(f"items[{n}] has an unknown field {name}", argument="items")
+    return list(value)

@@ -190,17 +190,20 @@ async def claim(core: Core, caller: Caller, todo_id: str, *, lease_ttl_seconds: 
     return got[0]
 
 
-async def claim_next(core: Core, caller: EndpointCaller, *, queue: str | None = None,
-                     lease_ttl_seconds: int | None = None, require_fence: bool | None = None,
-                     claimant: str | None = None) -> ClaimResult | None:
-    """The competing-consumer primitive: the oldest claimable todo in the granted queues, or None."""
+def _claim_queues(caller: EndpointCaller, queue: str | None) -> list[str]:
     if queue is not None:
         name = inputs.queue(queue)
         if name not in caller.queues:
             raise Forbidden(f"queue {name} not in this endpoint's scope", argument="queue", op="claim_next")
-        queues = [name]
-    else:
-        queues = list(caller.queues)
+        return [name]
+    return list(caller.queues)
+
+
+async def claim_next(core: Core, caller: EndpointCaller, *, queue: str | None = None,
+                     lease_ttl_seconds: int | None = None, require_fence: bool | None = None,
+                     claimant: str | None = None) -> ClaimResult | None:
+    """The competing-consumer primitive: the oldest claimable todo in the granted queues, or None."""
+    queues = _claim_queues(caller, queue)
     params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
     if len(queues) == 1:  # the common case, with a statement PostgreSQL plans once (todos.sql)
         params["queue"] = queues[0]
@@ -213,6 +216,57 @@ async def claim_next(core: Core, caller: EndpointCaller, *, queue: str | None = 
         return None
     await _publish_claim(core, got[1])
     return got[0]
+
+
+async def claim_next_batch(core: Core, caller: EndpointCaller, *, max_todos: int, queue: str | None = None,
+                           lease_ttl_seconds: int | None = None, require_fence: bool | None = None,
+                           claimant: str | None = None) -> list[ClaimResult]:
+    """Batched claim_next: up to `max_todos` (1..inputs.BATCH_CLAIM_MAX) of the oldest claimable todos
+    in the granted queues (or `queue`), claimed in ONE statement; an empty list when nothing is ready.
+
+    Each todo is claimed exactly as `claim_next` claims one: pending, a due retry, or a lapsed lease
+    below the cap (a takeover, closing the old attempt lease_expired/requeued); each gets its own lease,
+    its own attempt (`attempt_seq`), its own five prior attempts and, with `require_fence`, its own
+    lease token (only its SHA-256 is stored). The results are oldest first. The claim and takeover
+    events of every todo are published after the statement commits. The MCP tool `claim_next` calls
+    this when `max_todos` is given.
+    """
+    n = inputs.max_todos(max_todos)
+    queues = _claim_queues(caller, queue)
+    params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
+    tokens: list[str] | None = None
+    if token is not None:
+        tokens = [token] + [new_lease_token() for _ in range(n - 1)]
+        params["new_token_hashes"] = [sha256(t) for t in tokens]
+    else:
+        params["new_token_hashes"] = None
+    del params["new_token_hash"]
+    params["max_todos"] = n
+    if len(queues) == 1:
+        params["queue"] = queues[0]
+        sql = Q.todos.claim_next_batch_one
+    else:
+        params["queues"] = queues
+        sql = Q.todos.claim_next_batch
+    conn = await core.pool.getconn()
+    try:
+        cur = await conn.execute(sql, params)
+        rows = await cur.fetchall()
+    finally:
+        await core.pool.putconn(conn)
+    out = []
+    evs = []
+    for row in rows:
+        out.append(ClaimResult(todo=shapes.full(row), attempt_seq=row["attempt_seq"],
+                               attempts_total=row["attempts_total"],
+                               prior_attempts=[shapes.attempt(a) for a in row["prior_attempts"]],
+                               lease_token=tokens[row["i"] - 1] if tokens else None))
+        if row.get("closed_attempt"):
+            evs.append(events.build("takeover", row, row["closed_attempt"]))
+        evs.append(events.build("claim", row))
+    if evs:
+        await core.bus.publish(*evs)
+    return out
 
 
 # ----------------------------------------------------------------------------- lease transitions
@@ -259,6 +313,100 @@ async def fail(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = 
               "backoff_base": core.settings.retry_backoff_base_seconds,
               "backoff_max": core.settings.retry_backoff_max_seconds}
     return shapes.compact(await _close(core, caller, "fail", Q.todos.fail, params))
+
+
+# ------------------------------------------------------------------------------- batched closes
+
+_CLOSE_ITEM_FIELDS = frozenset({"id", "lease_token", "summary", "artifact", "result"})
+_FAIL_ITEM_FIELDS = _CLOSE_ITEM_FIELDS | {"retry"}
+
+
+def _batch_params(core: Core, caller: Caller, items: object, allowed: frozenset[str],
+                  retry_default: bool | None) -> dict:
+    """Check every item before any store call: a bad item refuses the whole call (`invalid` naming
+    `items`), so nothing changes."""
+    checked = inputs.batch_items(items, allowed)
+    ids: list[str] = []
+    hashes, summaries, cuts, artifacts, results, retries = [], [], [], [], [], []
+    seen: set[str] = set()
+    for n, item in enumerate(checked):
+        try:
+            todo_id = _todo_id(item.get("id"))
+            token = _fence_params(caller, item.get("lease_token"))["token_hash"]
+            report = _report(core, item.get("summary"), item.get("artifact"), item.get("result"))
+            retry = inputs.boolean(item.get("retry"), "retry", retry_default) if retry_default is not None else None
+        except Invalid as exc:
+            raise Invalid(f"items[{n}]: {exc.message}", argument="items") from None
+        if todo_id in seen:
+            raise Invalid(f"items[{n}]: id repeats an earlier item", argument="items")
+        seen.add(todo_id)
+        ids.append(todo_id)
+        hashes.append(token)
+        summaries.append(report["summary"])
+        cuts.append(report["summary_truncated"])
+        artifacts.append(report["artifact"])
+        results.append(report["result"] if report["result"] is not None else Jsonb(None))
+        retries.append(retry)
+    return {**scope_params(caller), "ids": ids, "token_hashes": hashes, "summaries": summaries,
+            "summaries_truncated": cuts, "artifacts": artifacts, "results": results,
+            "retries": retries if retry_default is not None else None}
+
+
+async def _close_batch(core: Core, caller: Caller, op: str, sql: str, params: dict) -> list[dict]:
+    conn = await core.pool.getconn()
+    try:
+        cur = await conn.execute(sql, params)
+        rows = await cur.fetchall()
+        by_id = {r["id"]: r for r in rows}
+        missed = [i for i in params["ids"] if i not in by_id]
+        seen = {}
+        if missed:
+            cur = await conn.execute(Q.todos.classify_miss_batch, {**scope_params(caller), "ids": missed})
+            seen = {r["id"]: r for r in await cur.fetchall()}
+    finally:
+        await core.pool.putconn(conn)
+    if rows:  # in the items' order
+        await core.bus.publish(*(events.build(op, by_id[i], by_id[i].get("closed_attempt"))
+                                 for i in params["ids"] if i in by_id))
+    out = []
+    for todo_id in params["ids"]:
+        row = by_id.get(todo_id)
+        if row is not None:
+            out.append({"id": todo_id, "ok": True, "todo": shapes.compact(row)})
+            continue
+        miss = seen.get(todo_id)
+        if miss is None:
+            err: CoreError = NotFound(op=op, todo_id=todo_id)
+        elif isinstance(caller, EndpointCaller) and not miss["queue_granted"]:
+            err = Forbidden("todo's queue not in this endpoint's scope", op=op, todo_id=todo_id)
+        else:
+            err = Conflict(op=op, todo_id=todo_id)
+        out.append({"id": todo_id, "ok": False, "error": err.to_dict()})
+    return out
+
+
+async def complete_batch(core: Core, caller: Caller, items: list[dict]) -> list[dict]:
+    """Batched complete: each item `{id, lease_token?, summary?, artifact?, result?}` (1 to
+    inputs.BATCH_CLOSE_MAX, ids distinct) is completed exactly as `complete` completes one, all in ONE
+    statement. Per item, not all-or-nothing: the answer lists, in the items' order,
+    `{"id", "ok": true, "todo": <compact>}` or `{"id", "ok": false, "error": {"code", "message"}}` with
+    the single verb's codes (not_found, byte-identical for unknown and foreign ids; conflict when not
+    held or wrongly fenced; forbidden for the endpoint's own todo outside its queues). A malformed item
+    refuses the whole call (`invalid`, argument `items`) before anything changes. Events are published
+    after commit for every todo closed. The MCP tool `complete` calls this when `items` is given.
+    """
+    params = _batch_params(core, caller, items, _CLOSE_ITEM_FIELDS, None)
+    return await _close_batch(core, caller, "complete", Q.todos.complete_batch, params)
+
+
+async def fail_batch(core: Core, caller: Caller, items: list[dict], *, retry: bool | None = True) -> list[dict]:
+    """Batched fail: as `complete_batch`, each item failed exactly as `fail` fails one (a parked retry
+    with backoff below the cap, else a dead letter). An item's own `retry` overrides `retry`."""
+    default = inputs.boolean(retry, "retry", True)
+    params = _batch_params(core, caller, items, _FAIL_ITEM_FIELDS, default)
+    params.update(backoff_base=core.settings.retry_backoff_base_seconds,
+                  backoff_max=core.settings.retry_backoff_max_seconds)
+    return await _close_batch(core, caller, "fail", Q.todos.fail_batch, params)
 
 
 async def release(core: Core, caller: Caller, todo_id: str, *, summary: str | None = None,

@@ -95,3 +95,98 @@ SELECT c.*,
                                  SELECT * FROM closed) z
                  ORDER BY z.seq DESC LIMIT 5) p) AS prior_attempts
   FROM claimed c
+
+-- name: claim_batch_arms
+-- claim_next_arms with up to %(max_todos)s rows per arm, for a batched claim_next.
+SELECT p.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
+       AND (assignee IS NULL OR assignee = %(owner)s)
+     ORDER BY created_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) p
+UNION ALL
+SELECT l.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'claimed'
+       AND lease_expires_at < now() AND attempt < max_attempts
+       AND (assignee IS NULL OR assignee = %(owner)s)
+     ORDER BY lease_expires_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) l
+UNION ALL
+SELECT r.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'failed'
+       AND next_retry_at <= now() AND attempt < max_attempts
+       AND (assignee IS NULL OR assignee = %(owner)s)
+     ORDER BY next_retry_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) r
+
+-- name: claim_batch_tail
+-- claim_tail for many rows: `t(id, prior_state, prior_total, i)` are the locked todos, `i` their
+-- 1-based rank, which picks each one's lease token hash from %(new_token_hashes)s (null unfenced).
+-- Every todo gets its own takeover close, counters, attempt and prior attempts, as claim_tail does.
+, cap AS (
+    SELECT greatest(5, coalesce((SELECT value::int FROM settings
+                                   WHERE key = 'attempt_history_max_per_todo'), 50)) AS n
+), closed AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'lease_expired', disposition = 'requeued'
+      FROM t
+     WHERE t.prior_state = 'claimed' AND a.todo_id = t.id AND a.seq = t.prior_total
+       AND a.ended_at IS NULL
+    RETURNING a.*
+), claimed AS (
+    UPDATE todos x
+       SET state = 'claimed', owner = %(owner)s,
+           lease_expires_at = now() + make_interval(secs => %(ttl)s),
+           attempt = x.attempt + 1,
+           attempts_total = x.attempts_total + 1,
+           attempts_pruned = greatest(x.attempts_pruned, x.attempts_total + 1 - (SELECT n FROM cap)),
+           claimed_at = now(), next_retry_at = NULL, updated_at = now()
+      FROM t
+     WHERE x.id = t.id
+    RETURNING x.*, t.prior_state, t.i
+), opened AS (
+    INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, claimer_endpoint_id, claimer_session,
+                               owner, claimant, claimed_at, lease_expires_at, lease_token_hash)
+    SELECT c.id, c.attempts_total, c.attempt, %(claimer_kind)s, %(claimer_endpoint_id)s::uuid,
+           %(session)s, c.owner, %(claimant)s, now(), c.lease_expires_at,
+           (%(new_token_hashes)s::bytea[])[c.i]
+      FROM claimed c
+    RETURNING seq
+), pruned AS (
+    DELETE FROM todo_attempts a USING claimed c
+     WHERE a.todo_id = c.id AND a.seq <= c.attempts_pruned AND a.ended_at IS NOT NULL
+    RETURNING a.seq
+)
+SELECT c.*,
+       c.attempts_total AS attempt_seq,
+       (SELECT to_jsonb(cl) FROM closed cl WHERE cl.todo_id = c.id) AS closed_attempt,
+       (SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.seq DESC), '[]'::jsonb)
+          FROM (SELECT z.* FROM (SELECT a.* FROM todo_attempts a
+                                  WHERE a.todo_id = c.id AND a.ended_at IS NOT NULL
+                                    AND a.seq > c.attempts_pruned
+                                 UNION ALL
+                                 SELECT cl.* FROM closed cl WHERE cl.todo_id = c.id) z
+                 ORDER BY z.seq DESC LIMIT 5) p) AS prior_attempts
+  FROM claimed c
+ ORDER BY c.i
+
+-- name: held_batch
+-- `held` for a list of items: the caller's claimed todos among %(ids)s, locked in id order (two
+-- batches naming the same todos cannot deadlock), each beside its own item: the presented token's
+-- hash, the report, the result (JSON null for none) and, for fail, whether to retry.
+WITH i AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(token_hashes)s::bytea[], %(summaries)s::text[],
+                         %(summaries_truncated)s::boolean[], %(artifacts)s::text[], %(results)s::jsonb[],
+                         %(retries)s::boolean[])
+           AS i(id, token_hash, summary, summary_truncated, artifact, result, retry)
+), t AS (
+    SELECT todos.id, todos.attempts_total, todos.attempt, todos.max_attempts, i.token_hash, i.summary,
+           i.summary_truncated, i.artifact, nullif(i.result, 'null'::jsonb) AS result, i.retry
+      FROM todos JOIN i ON i.id = todos.id
+     WHERE todos.state = 'claimed' AND {{scope}} AND {{holder}}
+     ORDER BY todos.id
+       FOR UPDATE OF todos
+)
+
+-- name: fence_each
+-- `fence` for a batch: each open attempt `a` against the token hash of its own item in `t`.
+(%(human_id)s::uuid IS NOT NULL OR a.lease_token_hash IS NOT DISTINCT FROM t.token_hash)

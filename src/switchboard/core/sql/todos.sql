@@ -60,6 +60,35 @@ WITH cand AS (
 )
 {{claim_tail}}
 
+-- name: claim_next_batch
+-- claim_next for up to %(max_todos)s todos in one statement: the oldest claimable over the granted
+-- queues by the same three arms, each claimed under its own lease with its own attempt.
+WITH cand AS (
+    SELECT x.id, x.state, x.attempts_total, x.created_at
+      FROM unnest(%(queues)s::text[]) AS q(name), LATERAL ({{claim_batch_arms}}) x
+     ORDER BY x.created_at
+     LIMIT %(max_todos)s
+), t AS (
+    SELECT id, state AS prior_state, attempts_total AS prior_total,
+           (row_number() OVER (ORDER BY created_at, id))::int AS i
+      FROM cand
+)
+{{claim_batch_tail}}
+
+-- name: claim_next_batch_one
+-- claim_next_batch over one queue, with the one-row VALUES for a generic plan (see claim_next_one).
+WITH cand AS (
+    SELECT x.id, x.state, x.attempts_total, x.created_at
+      FROM (VALUES (%(queue)s::text)) AS q(name), LATERAL ({{claim_batch_arms}}) x
+     ORDER BY x.created_at
+     LIMIT %(max_todos)s
+), t AS (
+    SELECT id, state AS prior_state, attempts_total AS prior_total,
+           (row_number() OVER (ORDER BY created_at, id))::int AS i
+      FROM cand
+)
+{{claim_batch_tail}}
+
 -- name: heartbeat
 -- The holder's own call is a heartbeat; the owning human extending someone else's lease is recorded
 -- apart in owner_extended_at, so last_heartbeat_at stays the holder's (SPEC-0034 REQ-3).
@@ -118,6 +147,50 @@ SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
     RETURNING x.*
 )
 SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
+
+-- name: complete_batch
+-- complete for a list of items in one statement; a todo not held (or wrongly fenced) is left alone
+-- and missing from the rows returned, which the caller classifies per id.
+{{held_batch}}, a AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'completed', disposition = 'done',
+           summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
+      FROM t
+     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence_each}}
+    RETURNING a.*
+), u AS (
+    UPDATE todos x
+       SET state = 'done', result = t.result, lease_expires_at = NULL, completed_at = now(),
+           updated_at = now()
+      FROM a JOIN t ON t.id = a.todo_id
+     WHERE x.id = a.todo_id
+    RETURNING x.*
+)
+SELECT u.*, (SELECT to_jsonb(a) FROM a WHERE a.todo_id = u.id) AS closed_attempt FROM u
+
+-- name: fail_batch
+-- fail for a list of items in one statement, each with its own retry choice and backoff.
+{{held_batch}}, a AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'failed',
+           disposition = CASE WHEN t.retry AND t.attempt < t.max_attempts
+                              THEN 'retry_scheduled' ELSE 'dead_lettered' END,
+           summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
+      FROM t
+     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence_each}}
+    RETURNING a.*
+), u AS (
+    UPDATE todos x
+       SET state = 'failed', result = t.result, lease_expires_at = NULL, updated_at = now(),
+           next_retry_at = CASE WHEN a.disposition = 'retry_scheduled'
+               THEN now() + make_interval(secs => least(%(backoff_base)s * power(2, greatest(x.attempt, 1) - 1),
+                                                        %(backoff_max)s))
+               END
+      FROM a JOIN t ON t.id = a.todo_id
+     WHERE x.id = a.todo_id
+    RETURNING x.*
+)
+SELECT u.*, (SELECT to_jsonb(a) FROM a WHERE a.todo_id = u.id) AS closed_attempt FROM u
 
 -- name: release
 {{held}}, a AS (
@@ -205,6 +278,17 @@ SELECT todos.state, todos.queue, todos.owner,
        (todos.queue = ANY(%(queues)s::text[])) AS queue_granted
   FROM todos
  WHERE todos.id = %(id)s
+   AND (CASE WHEN %(human_id)s::uuid IS NULL
+             THEN todos.endpoint_id = %(endpoint_id)s::uuid
+             ELSE EXISTS (SELECT 1 FROM endpoints e JOIN agents g ON g.id = e.agent_id
+                           WHERE e.id = todos.endpoint_id AND g.human_id = %(human_id)s::uuid)
+        END)
+
+-- name: classify_miss_batch
+-- classify_miss for the ids a batch transition did not match: which of them this caller may see.
+SELECT todos.id, (todos.queue = ANY(%(queues)s::text[])) AS queue_granted
+  FROM todos
+ WHERE todos.id = ANY(%(ids)s::text[])
    AND (CASE WHEN %(human_id)s::uuid IS NULL
              THEN todos.endpoint_id = %(endpoint_id)s::uuid
              ELSE EXISTS (SELECT 1 FROM endpoints e JOIN agents g ON g.id = e.agent_id

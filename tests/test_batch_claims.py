@@ -1,0 +1,279 @@
+"""Batched claims and closes (issue 17, "Batched claims"): `claim_next_batch`, `complete_batch` and
+`fail_batch` against a real PostgreSQL, each todo of a batch held to the single verbs' SPEC-0034 rules.
+
+A batch close is per item, not all-or-nothing: each todo is closed or refused by its own state, and the
+answer says which. A malformed argument refuses the whole call before anything changes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from switchboard.core import events, inputs, sweeps, todos
+from switchboard.core.errors import Forbidden, Invalid
+from switchboard.core.secrets import sha256
+
+from core_world import attempt_rows, check, lapse, make_due, make_world, snapshot, sql, todo_row
+from test_core_inputs import fingerprint
+
+
+def _ids(got: list[todos.ClaimResult]) -> list[str]:
+    return [g.todo["id"] for g in got]
+
+
+# ------------------------------------------------------------------------------------------ claims
+
+async def test_a_batch_claims_the_oldest_ready_todos_each_under_its_own_attempt(core):
+    w = await make_world(core)
+    made = [(await w.todo(f"t{i}"))["id"] for i in range(5)]
+    seen: list[events.Event] = []
+    core.bus.subscribe(seen.append)
+    caller = w.e1.with_session("batch-S")
+    got = await todos.claim_next_batch(core, caller, max_todos=3, claimant="host/batcher")
+    assert _ids(got) == made[:3]  # oldest first
+    for g in got:
+        assert g.attempt_seq == 1 and g.attempts_total == 1 and g.prior_attempts == [] and g.lease_token is None
+        assert g.todo["state"] == "claimed" and g.todo["attempt"] == 1
+        row, (a,) = await snapshot(core, g.todo["id"])
+        assert (a["seq"], a["attempt"], a["claimer_kind"], a["claimer_session"], a["claimant"]) == (
+            1, 1, "endpoint", "batch-S", "host/batcher")
+        assert a["claimer_endpoint_id"] == w.e1.endpoint_id and a["ended_at"] is None
+        assert a["lease_expires_at"] == row["lease_expires_at"] and a["lease_token_hash"] is None
+        assert row["owner"] == a["owner"] == f"agent:{w.e1.agent_id}"
+    assert [(e.verb, e.todo_id) for e in seen] == [("claim", i) for i in made[:3]]  # after commit, each
+    rest = await todos.claim_next_batch(core, caller, max_todos=100)
+    assert _ids(rest) == made[3:]
+    assert await todos.claim_next_batch(core, caller, max_todos=100) == []
+    for t in made:
+        assert (await todo_row(core, t))["state"] == "claimed"
+    assert await check(core) == []
+
+
+async def test_a_batch_takes_pending_due_retries_and_lapsed_leases_with_their_histories(core):
+    """SPEC-0034 per todo of one batch: a takeover closes the lapsed attempt lease_expired/requeued in
+    the same statement; prior attempts are each todo's own, died for a death and not for a failure."""
+    w = await make_world(core)
+    reaped = (await w.todo("reaped", max_attempts=3))["id"]
+    await todos.claim(core, w.e1, reaped)
+    await lapse(core, reaped)
+    assert (await sweeps.sweep_once(core)).reaped == 1  # pending again, with a death behind it
+    pending = (await w.todo("pending"))["id"]
+    retried = (await w.todo("retried", max_attempts=3))["id"]
+    lapsed = (await w.todo("lapsed", max_attempts=3))["id"]
+    capped = (await w.todo("capped", max_attempts=1))["id"]
+    parked = (await w.todo("parked", max_attempts=3))["id"]
+    await todos.claim(core, w.e1, retried)
+    await todos.fail(core, w.e1, retried, summary="tests red", artifact="https://ci.example/1")
+    await make_due(core, retried)
+    await todos.claim(core, w.e1, parked)
+    await todos.fail(core, w.e1, parked, summary="not due yet")  # backoff still running: not ready
+    await todos.claim(core, w.e1.with_session("old"), lapsed)
+    await lapse(core, lapsed)
+    await todos.claim(core, w.e1, capped)
+    await lapse(core, capped)  # lapsed at its cap: the reaper's, never a takeover
+    seen: list[events.Event] = []
+    core.bus.subscribe(seen.append)
+
+    got = await todos.claim_next_batch(core, w.e1.with_session("new"), max_todos=10)
+    by_id = {g.todo["id"]: g for g in got}
+    assert set(by_id) == {reaped, pending, retried, lapsed}
+    assert _ids(got) == [reaped, pending, retried, lapsed]  # by created_at, as claim_next orders
+    assert by_id[pending].attempt_seq == 1 and by_id[pending].prior_attempts == []
+    r = by_id[reaped]
+    assert r.attempt_seq == 2 and [(p["seq"], p["outcome"], p["died"]) for p in r.prior_attempts] == [
+        (1, "reaped", True)]
+    f = by_id[retried]
+    assert f.attempt_seq == 2 and f.todo["attempt"] == 2
+    assert [(p["outcome"], p["disposition"], p["died"], p["summary"], p["artifact"]) for p in f.prior_attempts] == [
+        ("failed", "retry_scheduled", False, "tests red", "https://ci.example/1")]
+    t = by_id[lapsed]
+    assert t.attempt_seq == 2 and [(p["outcome"], p["disposition"], p["died"]) for p in t.prior_attempts] == [
+        ("lease_expired", "requeued", True)]
+    a1, a2 = await attempt_rows(core, lapsed)
+    assert (a1["outcome"], a1["disposition"], a1["claimer_session"]) == ("lease_expired", "requeued", "old")
+    assert a1["ended_at"] == a2["claimed_at"] and a2["ended_at"] is None  # one statement
+    assert a2["claimer_session"] == "new"
+    for todo_id in (reaped, retried):
+        rows = await attempt_rows(core, todo_id)
+        assert [x["seq"] for x in rows] == [1, 2] and rows[1]["ended_at"] is None
+        assert (await todo_row(core, todo_id))["next_retry_at"] is None
+    assert (await todo_row(core, capped))["attempts_total"] == 1  # left for the reaper
+    assert (await todo_row(core, parked))["state"] == "failed"
+    verbs = [(e.verb, e.todo_id) for e in seen]
+    assert verbs == [("claim", reaped), ("claim", pending), ("claim", retried), ("takeover", lapsed),
+                     ("claim", lapsed)]
+    assert seen[3].closed_attempt["outcome"] == "lease_expired"
+    assert await check(core) == []
+
+
+async def test_a_batch_over_several_queues_and_one_named_queue(core):
+    w = await make_world(core, queues=("inbox", "other"))
+    a = (await w.todo("a", queue="inbox"))["id"]
+    b = (await w.todo("b", queue="other"))["id"]
+    c = (await w.todo("c", queue="inbox"))["id"]
+    d = (await w.todo("d", queue="other"))["id"]
+    assert _ids(await todos.claim_next_batch(core, w.e1, max_todos=2, queue="other")) == [b, d]
+    assert _ids(await todos.claim_next_batch(core, w.e1, max_todos=5)) == [a, c]
+    with pytest.raises(Forbidden) as err:
+        await todos.claim_next_batch(core, w.e1, max_todos=5, queue="elsewhere")
+    assert err.value.argument == "queue"
+    other = await w.todo("theirs", caller=w.e2)
+    assert await todos.claim_next_batch(core, w.e1, max_todos=5) == []  # never another endpoint's
+    assert (await todo_row(core, other["id"]))["state"] == "pending"
+    assert await check(core) == []
+
+
+async def test_a_fenced_batch_gives_each_todo_its_own_token(core):
+    w = await make_world(core)
+    made = [(await w.todo(f"f{i}"))["id"] for i in range(4)]
+    got = await todos.claim_next_batch(core, w.e1, max_todos=4, require_fence=True)
+    tokens = [g.lease_token for g in got]
+    assert all(tokens) and len(set(tokens)) == 4
+    for g in got:  # only the hash is stored, each on its own attempt
+        (a,) = await attempt_rows(core, g.todo["id"])
+        assert bytes(a["lease_token_hash"]) == sha256(g.lease_token)
+    # Per todo: its own token works, another todo's token is a conflict, no token is a conflict.
+    await todos.heartbeat(core, w.e1, made[0], lease_token=tokens[0])
+    out = await todos.complete_batch(core, w.e1, [
+        {"id": made[0], "lease_token": tokens[0], "summary": "done 0"},
+        {"id": made[1], "lease_token": tokens[2]},
+        {"id": made[2]},
+        {"id": made[3], "lease_token": tokens[3]},
+    ])
+    assert [(o["id"], o["ok"]) for o in out] == [(made[0], True), (made[1], False), (made[2], False),
+                                                 (made[3], True)]
+    assert out[1]["error"]["code"] == out[2]["error"]["code"] == "conflict"
+    for t in made[1:3]:
+        row, (a,) = await snapshot(core, t)
+        assert row["state"] == "claimed" and a["ended_at"] is None
+    out = await todos.fail_batch(core, w.e1, [{"id": made[1], "lease_token": tokens[1]},
+                                              {"id": made[2], "lease_token": tokens[2], "retry": False}])
+    assert all(o["ok"] for o in out)
+    assert await check(core) == []
+
+
+# ------------------------------------------------------------------------------------------ closes
+
+async def test_complete_batch_closes_each_attempt_as_complete_does(core):
+    w = await make_world(core)
+    made = [(await w.todo(f"c{i}"))["id"] for i in range(3)]
+    await todos.claim_next_batch(core, w.e1, max_todos=3)
+    seen: list[events.Event] = []
+    core.bus.subscribe(seen.append)
+    out = await todos.complete_batch(core, w.e1, [
+        {"id": made[0], "summary": "first", "artifact": "https://ci.example/a", "result": {"n": 0}},
+        {"id": made[1], "summary": "é" * 2000},
+        {"id": made[2], "result": [1, 2]},
+    ])
+    assert [o["id"] for o in out] == made and all(o["ok"] for o in out)
+    assert all(o["todo"]["state"] == "done" and o["todo"]["id"] == o["id"] for o in out)
+    rows = {t: await snapshot(core, t) for t in made}
+    assert rows[made[0]][0]["result"] == {"n": 0} and rows[made[1]][0]["result"] is None
+    assert rows[made[2]][0]["result"] == [1, 2]
+    for t, (row, (a,)) in rows.items():
+        assert (a["outcome"], a["disposition"]) == ("completed", "done")
+        assert row["completed_at"] == a["ended_at"] and row["lease_expires_at"] is None
+    assert rows[made[0]][1][0]["summary"] == "first" and rows[made[0]][1][0]["artifact"] == "https://ci.example/a"
+    cut = rows[made[1]][1][0]
+    assert cut["summary_truncated"] is True and len(cut["summary"].encode()) <= inputs.SUMMARY_MAX_BYTES
+    assert [(e.verb, e.todo_id, e.closed_attempt["outcome"]) for e in seen] == [
+        ("complete", t, "completed") for t in made]
+    assert await check(core) == []
+
+
+async def test_fail_batch_schedules_retries_and_dead_letters_per_todo(core):
+    core.settings = core.settings.model_copy(update={"retry_backoff_base_seconds": 10,
+                                                     "retry_backoff_max_seconds": 1000})
+    w = await make_world(core)
+    below = (await w.todo("below", max_attempts=3))["id"]
+    at_cap = (await w.todo("cap", max_attempts=1))["id"]
+    no_retry = (await w.todo("no", max_attempts=3))["id"]
+    await todos.claim_next_batch(core, w.e1, max_todos=3)
+    seen: list[events.Event] = []
+    core.bus.subscribe(seen.append)
+    out = await todos.fail_batch(core, w.e1, [
+        {"id": below, "summary": "red", "result": {"error": "x"}},
+        {"id": at_cap, "summary": "red too"},
+        {"id": no_retry, "retry": False},
+    ])
+    assert all(o["ok"] for o in out)
+    assert [o["todo"]["dead_letter"] for o in out] == [False, True, True]
+    row, (a,) = await snapshot(core, below)
+    assert (a["outcome"], a["disposition"], a["summary"]) == ("failed", "retry_scheduled", "red")
+    assert row["state"] == "failed" and row["result"] == {"error": "x"}
+    assert round((row["next_retry_at"] - a["ended_at"]).total_seconds()) == 10  # backoff of attempt 1
+    for t in (at_cap, no_retry):
+        row, (a,) = await snapshot(core, t)
+        assert (a["outcome"], a["disposition"]) == ("failed", "dead_lettered") and row["next_retry_at"] is None
+    assert [e.verb for e in seen] == ["fail"] * 3
+    assert [e.dead_lettered for e in seen] == [False, True, True]
+    # The batch's retry default, overridden per item.
+    again = (await w.todo("again", max_attempts=3))["id"]
+    other = (await w.todo("other", max_attempts=3))["id"]
+    await todos.claim_next_batch(core, w.e1, max_todos=2, queue="inbox")
+    out = await todos.fail_batch(core, w.e1, [{"id": again}, {"id": other, "retry": True}], retry=False)
+    assert [o["todo"]["dead_letter"] for o in out] == [True, False]
+    assert await check(core) == []
+
+
+async def test_a_batch_close_reports_per_item_and_a_foreign_id_is_an_unknown_one(core):
+    w = await make_world(core, queues=("inbox", "other"))
+    held = (await w.todo("held"))["id"]
+    idle = (await w.todo("idle", queue="other"))["id"]
+    theirs = (await w.todo("theirs", caller=w.e2))["id"]
+    await todos.claim(core, w.e1, held)
+    await todos.claim(core, w.e2, theirs)
+    unknown = "td_00000000-0000-0000-0000-000000000000"
+    narrow = w.e1.__class__(**{**w.e1.__dict__, "queues": ("inbox",)})
+    before = {t: await snapshot(core, t) for t in (idle, theirs)}
+    for verb in (todos.complete_batch, todos.fail_batch):
+        out = await verb(core, w.e1, [{"id": theirs}, {"id": unknown}, {"id": idle}])
+        assert [o["ok"] for o in out] == [False, False, False]
+        assert out[0]["error"] == out[1]["error"] == {"code": "not_found", "message": "todo not found"}
+        assert repr(out[0]["error"]) == repr(out[1]["error"])  # byte-identical
+        assert out[2]["error"]["code"] == "conflict"  # its own, not held
+    out = await todos.complete_batch(core, narrow, [{"id": idle}])
+    assert out[0]["error"]["code"] == "forbidden"  # as complete answers for its own todo elsewhere
+    assert {t: await snapshot(core, t) for t in (idle, theirs)} == before
+    out = await todos.complete_batch(core, w.e1, [{"id": theirs}, {"id": held, "summary": "ok"}, {"id": unknown}])
+    assert [o["ok"] for o in out] == [False, True, False]
+    assert (await todo_row(core, held))["state"] == "done"
+    assert {t: await snapshot(core, t) for t in (idle, theirs)} == before
+    assert await check(core) == []
+
+
+# --------------------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("value", [0, 101, -1, "5", 5.0, True, None, [3]])
+async def test_bad_max_todos_is_invalid_and_changes_nothing(core, value):
+    w = await make_world(core)
+    await w.todo()
+    before = await fingerprint(core)
+    with pytest.raises(Invalid) as err:
+        await todos.claim_next_batch(core, w.e1, max_todos=value)
+    assert err.value.argument == "max_todos" and "max_todos" in err.value.message
+    assert await fingerprint(core) == before
+
+
+async def test_bad_items_are_invalid_naming_items_and_change_nothing(core):
+    w = await make_world(core)
+    t = (await w.todo())["id"]
+    await todos.claim(core, w.e1, t)
+    cases = [None, [], "td_x", {"id": t}, [t], [{"id": t}] * 2, [{"id": t, "surprise": 1}],
+             [{"id": t}, {"id": 5}], [{"id": t, "artifact": "file:///etc/passwd"}],
+             [{"id": t, "summary": ["x"]}], [{"id": t, "result": {"big": "x" * 70000}}],
+             [{"id": t, "lease_token": "t" * 300}], [{"id": t, "retry": "no"}],
+             [{"id": f"td_{i}"} for i in range(inputs.BATCH_CLOSE_MAX + 1)]]
+    before = await fingerprint(core)
+    for items in cases:
+        for verb in (todos.complete_batch, todos.fail_batch):
+            if verb is todos.complete_batch and items == [{"id": t, "retry": "no"}]:
+                continue
+            with pytest.raises(Invalid) as err:
+                await verb(core, w.e1, items)
+            assert err.value.argument == "items" and "items" in err.value.message, items
+    with pytest.raises(Invalid) as err:  # retry is a fail field only
+        await todos.complete_batch(core, w.e1, [{"id": t, "retry": True}])
+    assert err.value.argument == "items"
+    assert await fingerprint(core) == before
+    assert await check(core) == []
