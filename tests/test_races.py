@@ -176,3 +176,64 @@ async def test_race_two_processes_sweeping_at_once(rcore, race_uri):
             assert await check(core) == []
             for t in lapsed + parked:  # out of the next round's way
                 await todos.cancel(core, w.h1, t)
+
+
+async def test_race_two_batch_claimers_and_a_single_claimer_on_one_queue(rcore):
+    """Batched claims (issue 17): two claim_next_batch callers and one claim_next on one queue, with
+    batched closes racing the next claims. No todo is claimed twice, every claim opens exactly one
+    attempt, and every attempt is closed exactly once. Odd rounds add lapsed leases (takeovers)."""
+    core = rcore
+    w = await make_world(core)
+    a, b, c = (w.e1.with_session(s) for s in ("batch-a", "batch-b", "single"))
+    took = collections.Counter()
+    for i in range(ROUNDS):
+        fresh = [(await w.todo(f"b{i}-{k}", max_attempts=5))["id"] for k in range(7)]
+        lapsed: list[str] = []
+        if i % 2:
+            lapsed = [(await w.todo(f"l{i}-{k}", max_attempts=5))["id"] for k in range(2)]
+            for t in lapsed:
+                await todos.claim(core, w.e1.with_session("gone"), t)
+            await sql(core, "UPDATE todos SET lease_expires_at = now() - interval '1 minute' WHERE id = ANY(%s)",
+                      (lapsed,))
+        got_a, got_b, got_c = await asyncio.gather(
+            todos.claim_next_batch(core, a, max_todos=4), todos.claim_next_batch(core, b, max_todos=4),
+            todos.claim_next(core, c))
+        claimed = [g.todo["id"] for g in got_a + got_b] + ([got_c.todo["id"]] if got_c else [])
+        assert len(claimed) == len(set(claimed)), claimed  # no double claim
+        assert set(claimed) <= set(fresh + lapsed)
+        took.update({"a": len(got_a), "b": len(got_b), "c": int(got_c is not None)})
+        for g in got_a + got_b + ([got_c] if got_c else []):
+            expected = 2 if g.todo["id"] in lapsed else 1
+            assert g.attempt_seq == expected, (g.todo["id"], g.attempt_seq)
+        rows = await sql(core, "SELECT todo_id, count(*) FILTER (WHERE ended_at IS NULL) AS open,"
+                               " count(*) AS n FROM todo_attempts WHERE todo_id = ANY(%s) GROUP BY todo_id",
+                         (fresh + lapsed,))
+        by = {r["todo_id"]: r for r in rows}
+        for t in claimed:
+            assert by[t]["open"] == 1 and by[t]["n"] == (2 if t in lapsed else 1), (t, by[t])
+        # Close them while a third batch claims what is left.
+        closes = [todos.complete_batch(core, a, [{"id": g.todo["id"], "summary": "a"} for g in got_a])] if got_a else []
+        if got_b:
+            closes.append(todos.fail_batch(core, b, [{"id": g.todo["id"]} for g in got_b], retry=False))
+        if got_c:
+            closes.append(todos.complete(core, c, got_c.todo["id"]))
+        results = await asyncio.gather(todos.claim_next_batch(core, a, max_todos=100), *closes)
+        late = results[0]
+        for out in results[1:-1 if got_c else None]:
+            assert all(o["ok"] for o in out), out
+        assert not set(g.todo["id"] for g in late) & set(claimed)
+        if late:
+            out = await todos.complete_batch(core, a, [{"id": g.todo["id"]} for g in late])
+            assert all(o["ok"] for o in out)
+        rows = await sql(core, "SELECT todo_id, seq, ended_at, outcome FROM todo_attempts"
+                               " WHERE todo_id = ANY(%s) ORDER BY todo_id, seq", (fresh + lapsed,))
+        assert all(r["ended_at"] is not None and r["outcome"] for r in rows), rows  # every attempt closed
+        states = await sql(core, "SELECT state, count(*) AS n FROM todos WHERE id = ANY(%s) GROUP BY state",
+                           (fresh + lapsed,))
+        assert {s["state"] for s in states} <= {"done", "failed"}
+        # Closed once: exactly one attempt per claim (the lapsed todos' first attempt by the takeover).
+        per = collections.Counter(r["todo_id"] for r in rows)
+        assert all(per[t] == (2 if t in lapsed else 1) for t in fresh + lapsed), per
+        assert await check(core) == []
+    print("batch race claims:", dict(took))  # SKIP LOCKED may leave a claimer short; `late` takes the rest
+    assert took["a"] and took["b"] and took["c"]
