@@ -1,0 +1,41 @@
+"""The systems of the peer benchmark, in table order. A new path is one entry here (a class in the
+module of its kind: Switchboard's in switchboard.py, overriding `work` and/or `enqueue`)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .harness import System
+from .oban_peer import Oban
+from .pgqueuer_peer import PgQueuer
+from .procrastinate_peer import Procrastinate
+from .raw import RawBatch, RawPerJob
+from .switchboard import SwitchboardCore, SwitchboardMcp
+
+# key -> a factory (each measurement gets a fresh instance)
+SYSTEMS: dict[str, Callable[[], System]] = {}
+
+# Switchboard systems with no peer packages needed: what the smoke test runs.
+BUILT_IN = ("raw-per-job", "raw-batch-10", "sb-core", "sb-mcp")
+
+
+def register(make: Callable[[], System]) -> str:
+    key = make().key
+    SYSTEMS[key] = make
+    return key
+
+
+for _make in (
+    RawPerJob,
+    lambda: RawBatch(10),
+    lambda: PgQueuer("asyncpg", None),
+    lambda: PgQueuer("asyncpg", 100),
+    lambda: PgQueuer("psycopg", None),
+    Oban,
+    Procrastinate,
+    SwitchboardCore,
+    # EXTEND: batched core claims (claim_next with max_todos) — a SwitchboardCore subclass
+    SwitchboardMcp,
+    # EXTEND: batched claims over MCP — a SwitchboardMcp subclass
+):
+    register(_make)

@@ -1,0 +1,196 @@
+"""Switchboard's paths, on Switchboard's own tables in a fresh database.
+
+sb-core  `todos.claim_next` + `todos.complete` in process, with an EndpointCaller, as the store bench
+         calls them; one asyncio worker per W on the core's pool (the served app's: min 2, max 20)
+sb-mcp   the same two transitions as MCP tool calls to a `switchboard serve` process, one light
+         client (keep-alive HTTP/1.1, session era) per worker, started as the MCP bench starts it
+
+Both enqueue the way a producer does today: one `producer.push` per todo through the core.
+
+Extension points (marked EXTEND below): a batched path overrides `work` (one worker's loop; return
+the number of jobs it completed), a bulk push overrides `enqueue`; then one line in registry.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import psycopg
+from psycopg.rows import dict_row
+
+from switchboard.config import load_settings
+from switchboard.core import endpoints, humans, producer, todos
+from switchboard.core.models import Core, EndpointCaller, HumanCaller
+from switchboard.db import migrate
+from switchboard.db.pool import open_pool
+
+from .harness import QUEUE, Clock, Database, Run, VerifyError, gather_workers
+
+LEASE_TTL = 1800
+POOL_MAX = 20  # the served app's pool (web/app.py); W=16 fits
+
+
+class Tenant:
+    """Switchboard's schema in a fresh database, one human and one endpoint granted the bench queue."""
+
+    uri: str
+    core: Core
+    human: HumanCaller
+    caller: EndpointCaller
+    slug: str
+    credential: str
+
+    @classmethod
+    async def open(cls, db: Database) -> "Tenant":
+        self = cls()
+        self.uri = db.uri
+        async with await psycopg.AsyncConnection.connect(db.uri, autocommit=True, row_factory=dict_row) as conn:
+            await conn.execute("SET client_min_messages = warning")
+            await migrate.migrate(conn)
+        pool = await open_pool(db.uri, min_size=2, max_size=POOL_MAX)
+        self.core = Core(pool=pool, settings=load_settings(database_url=db.uri, log_format="text"))
+        self.human = await humans.add(self.core, "bench")
+        ep, self.credential = await endpoints.vend(self.core, self.human, agent="bench", queues=[QUEUE],
+                                                   lease_ttl=LEASE_TTL)
+        self.slug = ep["slug"]
+        row = await endpoints.resolve_credential(self.core, self.credential)
+        self.caller = endpoints.caller_from_row(row, "bench-session")
+        return self
+
+    async def close(self) -> None:
+        await self.core.pool.close()
+
+    async def warm(self, w: int) -> None:
+        """Hold w of the pool's connections at once, so the pool has grown before the clock starts."""
+        gate = asyncio.Event()
+        held = 0
+
+        async def hold() -> None:
+            nonlocal held
+            async with self.core.pool.connection():
+                held += 1
+                if held == w:
+                    gate.set()
+                await gate.wait()
+
+        await asyncio.gather(*(hold() for _ in range(w)))
+
+    async def verify(self, n: int) -> None:
+        """Every todo done, each with exactly one attempt, every attempt closed as completed."""
+        async with await psycopg.AsyncConnection.connect(self.uri, autocommit=True, row_factory=dict_row) as conn:
+            cur = await conn.execute(
+                "SELECT count(*) AS total, count(*) FILTER (WHERE state = 'done') AS done FROM todos"
+                " WHERE queue = %s", (QUEUE,))
+            t = await cur.fetchone()
+            cur = await conn.execute(
+                "SELECT count(*) AS attempts, count(DISTINCT todo_id) AS todos,"
+                " count(*) FILTER (WHERE ended_at IS NULL) AS open,"
+                " count(*) FILTER (WHERE outcome = 'completed') AS completed FROM todo_attempts")
+            a = await cur.fetchone()
+        if t["total"] != n or t["done"] != n:
+            raise VerifyError(f"{t['done']} of {t['total']} todos done, {n} enqueued")
+        if a["attempts"] != n or a["todos"] != n or a["open"] or a["completed"] != n:
+            raise VerifyError(f"attempts: {a['attempts']} rows for {a['todos']} todos, {a['open']} open, "
+                              f"{a['completed']} completed; {n} expected, each closed")
+
+
+class SwitchboardCore:
+    key = "sb-core"
+    label = "Switchboard core in process (`claim_next` + `complete`)"
+    enqueue_label = "Switchboard, one `push` per todo (core producer)"
+
+    def __init__(self) -> None:
+        self.tenant: Tenant | None = None
+
+    def unavailable(self) -> str | None:
+        return None
+
+    async def setup(self, db: Database) -> None:
+        self.tenant = await Tenant.open(db)
+
+    # EXTEND (bulk push): override with one call that pushes the n todos in batches.
+    async def enqueue(self, n: int) -> float:
+        t = self.tenant
+        t0 = time.perf_counter()
+        for i in range(n):
+            await producer.push(t.core, t.human, t.slug, title=f"job {i}", queue=QUEUE)
+        return time.perf_counter() - t0
+
+    async def prepare(self, w: int) -> list:
+        """Per-worker state opened before the clock starts."""
+        await self.tenant.warm(w)
+        return [None] * w
+
+    # EXTEND (batched claims): override with a loop that claims up to k todos per call and closes them
+    # in one call; return how many jobs this worker completed.
+    async def work(self, state, clock: Clock) -> int:
+        core, caller = self.tenant.core, self.tenant.caller
+        done = 0
+        while True:
+            clock.start()
+            got = await todos.claim_next(core, caller, queue=QUEUE, lease_ttl_seconds=LEASE_TTL)
+            if got is None:
+                return done
+            await todos.complete(core, caller, got.todo["id"])
+            done += 1
+
+    async def run_workers(self, w: int) -> Run:
+        states = await self.prepare(w)
+        clock = Clock()
+        clock.start()
+        counts = await gather_workers(self.work(s, clock) for s in states)
+        return Run(jobs=sum(counts), seconds=clock.since())
+
+    async def verify(self, n: int) -> None:
+        await self.tenant.verify(n)
+
+    async def close(self) -> None:
+        await self.finish()
+        if self.tenant is not None:
+            await self.tenant.close()
+
+    async def finish(self) -> None:
+        """Per-worker state closed after the run."""
+
+
+class SwitchboardMcp(SwitchboardCore):
+    key = "sb-mcp"
+    label = "Switchboard over MCP per claim (light client, session era)"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.served = None
+        self.clients: list = []
+
+    async def prepare(self, w: int) -> list:
+        import mcp_bench  # bench/mcp_bench.py: the light client and the server start
+
+        # The server starts after the enqueue, as in the MCP bench: todos pushed before it runs send
+        # no wake-ups to its doorbell during the run.
+        self.served = await asyncio.to_thread(mcp_bench.serve, self.tenant.uri, "warning")
+        for _ in range(w):
+            self.clients.append(await mcp_bench.LightClient(self.served.port, self.tenant.slug,
+                                                            self.tenant.credential).open())
+        return list(self.clients)
+
+    # EXTEND (batched claims over MCP): override with claim_next(max_todos=k) and one complete of the list.
+    async def work(self, client, clock: Clock) -> int:
+        done = 0
+        while True:
+            clock.start()
+            got = await client.tool("claim_next", {"queue": QUEUE})
+            if got.get("empty"):
+                return done
+            await client.tool("complete", {"id": got["todo"]["id"]})
+            done += 1
+
+    async def finish(self) -> None:
+        for c in self.clients:
+            with contextlib.suppress(Exception):
+                await c.close()
+        self.clients = []
+        if self.served is not None:
+            await asyncio.to_thread(self.served.stop)
+            self.served = None
