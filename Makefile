@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SCREENSHOT_TESTS := tests/test_board_screens.py tests/test_board_auth.py tests/test_board_drawer.py \
                     tests/test_a2ui_render.py
 
-.PHONY: run test bench install browser nginx interop clean screenshots soak
+.PHONY: run test bench bench-peers install browser nginx interop clean screenshots soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,16 @@ bench: $(STAMP)
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/mcp_bench.py
 	$(BIN)/python bench/doorbell_bench.py
+
+# The peer benchmark (bench/peers_bench.py, docs/benchmarks.md "Peers"): installs the peers (the [bench]
+# extras) first. PEERS_ARGS="--write-doc docs/benchmarks.md" also rewrites that section.
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench-peers: $(BENCH_STAMP)
+	$(BIN)/python bench/peers_bench.py $(PEERS_ARGS)
 
 # The chaos soak (bench/soak.py, docs/reliability.md): 10 minutes of faults over 3 serving processes
 # and 30 agents; exits non-zero on any violation. `make test` runs a short one.
