@@ -7,9 +7,15 @@ answer says which. A malformed argument refuses the whole call before anything c
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from conftest import make_settings, start_thread_server
+from mcp_support import body, error_body, push, sdk, vend
 
 from switchboard.core import events, inputs, sweeps, todos
+from switchboard.core.models import VERBS
+from switchboard.mcp.tools import TOOLS
 from switchboard.core.errors import Forbidden, Invalid
 from switchboard.core.secrets import sha256
 
@@ -277,3 +283,80 @@ async def test_bad_items_are_invalid_naming_items_and_change_nothing(core):
     assert err.value.argument == "items"
     assert await fingerprint(core) == before
     assert await check(core) == []
+
+
+# -------------------------------------------------------------------------------------------- MCP
+
+@pytest.fixture(scope="module")
+def server(pg_uri):
+    srv = start_thread_server(make_settings(pg_uri))
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_mcp_batched_claim_next_complete_and_fail(core, server, mode):
+    """Every result is validated against the listed output schema (mcp_support.Checked): the batched
+    shapes and the single shapes of the same tools."""
+    a = await vend(core, queues=["work"], verbs=list(VERBS))
+    other = await vend(core, "bob", queues=["work"], verbs=list(VERBS))
+    made = [(await push(core, a, f"w{i}", payload={"n": i}, max_attempts=2))["id"] for i in range(5)]
+    theirs = (await push(core, other, "theirs"))["id"]
+    unknown = "td_00000000-0000-0000-0000-000000000000"
+    async with sdk(server.url, a, mode=mode) as c:
+        listed = {t.name: t for t in (await c.list_tools()).tools}
+        assert listed["claim_next"].input_schema["properties"]["max_todos"]["maximum"] == inputs.BATCH_CLAIM_MAX
+        assert listed["complete"].input_schema["properties"]["items"]["maxItems"] == inputs.BATCH_CLOSE_MAX
+        got = body(await c.call_tool("claim_next", {"max_todos": 3, "require_fence": True, "claimant": "b/1"}))
+        assert got["empty"] is False and [x["todo"]["id"] for x in got["todos"]] == made[:3]
+        assert all(x["attempt_seq"] == 1 and x["prior_attempts"] == [] and x["lease_token"] for x in got["todos"])
+        assert got["todos"][0]["todo"]["payload"] == {"n": 0}
+        tokens = {x["todo"]["id"]: x["lease_token"] for x in got["todos"]}
+        done = body(await c.call_tool("complete", {"items": [
+            {"id": made[0], "lease_token": tokens[made[0]], "summary": "ok", "result": {"ok": True}},
+            {"id": theirs}, {"id": unknown},
+            {"id": made[1], "lease_token": "wrong"},
+        ]}))
+        res = done["results"]
+        assert [(r["id"], r["ok"]) for r in res] == [(made[0], True), (theirs, False), (unknown, False),
+                                                     (made[1], False)]
+        assert res[0]["todo"]["state"] == "done"
+        assert json.dumps(res[1]["error"]) == json.dumps(res[2]["error"])  # byte-identical not_found
+        assert res[1]["error"]["code"] == "not_found" and res[3]["error"]["code"] == "conflict"
+        failed = body(await c.call_tool("fail", {"retry": False, "items": [
+            {"id": made[1], "lease_token": tokens[made[1]], "summary": "broke"},
+            {"id": made[2], "lease_token": tokens[made[2]], "retry": True}]}))
+        assert [r["todo"]["dead_letter"] for r in failed["results"]] == [True, False]
+        rest = body(await c.call_tool("claim_next", {"max_todos": 100}))
+        assert [x["todo"]["id"] for x in rest["todos"]] == made[3:] and "lease_token" not in rest["todos"][0]
+        assert body(await c.call_tool("claim_next", {"max_todos": 100})) == {"empty": True, "todos": []}
+        single = body(await c.call_tool("complete", {"id": made[3]}))  # the single form, unchanged
+        assert single["state"] == "done" and "results" not in single
+        assert body(await c.call_tool("claim_next", {})) == {"empty": True}
+        for args, argument in [({"max_todos": 0}, "max_todos"), ({"max_todos": 101}, "max_todos"),
+                               ({"max_todos": "5"}, "max_todos")]:
+            err = error_body(await c.call_tool("claim_next", args))
+            assert (err["code"], err["argument"]) == ("invalid", argument) and argument in err["message"]
+        for verb in ("complete", "fail"):
+            for args, argument in [({}, "id"), ({"items": []}, "items"), ({"items": "x"}, "items"),
+                                   ({"items": [{"id": made[4]}], "id": made[4]}, "id"),
+                                   ({"items": [{"id": made[4]}], "summary": "s"}, "summary"),
+                                   ({"items": [{"id": made[4], "artifact": "ftp://x"}]}, "items")]:
+                err = error_body(await c.call_tool(verb, args))
+                assert (err["code"], err["argument"]) == ("invalid", argument), (verb, args, err)
+    assert (await todos.get(core, (await _caller(core, a)), made[4]))["state"] == "claimed"
+    assert await check(core) == []
+
+
+async def _caller(core, agent):
+    from switchboard.core import endpoints
+    return endpoints.caller_from_row(await endpoints.resolve_credential(core, agent.credential))
+
+
+def test_the_output_schemas_admit_both_shapes_and_refuse_an_error():
+    import jsonschema
+    old = {"error": {"code": "not_found", "message": "todo not found"}}
+    for name in ("complete", "fail", "claim_next"):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(old, TOOLS[name].output_schema, cls=jsonschema.Draft202012Validator)
+    jsonschema.validate({"results": []}, TOOLS["complete"].output_schema, cls=jsonschema.Draft202012Validator)

@@ -25,7 +25,7 @@ from ..core.states import TODO_STATES, AttemptOutcome, Disposition
 
 # --------------------------------------------------------------------------------------- arguments
 
-_JSON_TYPES = {"string": str, "integer": int, "boolean": bool}
+_JSON_TYPES = {"string": str, "integer": int, "boolean": bool, "array": list}
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,16 @@ class Param:
     """One tool argument: its schema and its JSON decoding. The limits come from `core/inputs.py`."""
 
     name: str
-    type: str  # "string" | "integer" | "boolean" | "any"
+    type: str  # "string" | "integer" | "boolean" | "array" | "any"
     description: str
     required: bool = False
     max_length: int | None = None  # the core's limit, stated in the schema (the core applies it)
     default: Any = None
     enum: tuple[str, ...] | None = None  # the core's values (core/states.py)
+    minimum: int | None = None  # only where the core refuses out-of-range values (max_todos)
+    maximum: int | None = None
+    items: dict | None = None  # an array's item schema; the core checks the items
+    max_items: int | None = None
 
     def schema(self) -> dict:
         out: dict[str, Any] = {}
@@ -51,6 +55,15 @@ class Param:
             out["enum"] = list(self.enum)
         if self.default is not None:
             out["default"] = self.default
+        if self.minimum is not None:
+            out["minimum"] = self.minimum
+        if self.maximum is not None:
+            out["maximum"] = self.maximum
+        if self.items is not None:
+            out["items"] = self.items
+        if self.max_items is not None:
+            out["minItems"] = 1
+            out["maxItems"] = self.max_items
         return out
 
     def check(self, value: Any) -> Any:
@@ -60,7 +73,7 @@ class Param:
         expected = _JSON_TYPES[self.type]
         # bool is an int in Python; JSON keeps them apart.
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            article = "an" if self.type == "integer" else "a"
+            article = "an" if self.type in ("integer", "array") else "a"
             raise Invalid(f"{self.name} must be {article} {self.type}", argument=self.name)
         return value
 
@@ -107,6 +120,12 @@ def input_schema(params: Iterable[Param]) -> dict:
 
 def todo_id(purpose: str) -> Param:
     return Param("id", "string", f"The todo's id (td_…) {purpose}.", required=True,
+                 max_length=limits.ID_MAX_CHARS)
+
+
+def close_id(purpose: str) -> Param:
+    """complete's and fail's id: required unless `items` is given (the handler checks which)."""
+    return Param("id", "string", f"The todo's id (td_…) {purpose}. Required unless items is given.",
                  max_length=limits.ID_MAX_CHARS)
 
 
@@ -158,6 +177,40 @@ ATTEMPTS_LIMIT = Param(
 QUESTION = Param(
     "question", "string", f"What you need to know, at most {limits.QUESTION_MAX_BYTES} bytes.",
     max_length=limits.QUESTION_MAX_BYTES)
+
+MAX_TODOS = Param(
+    "max_todos", "integer",
+    f"Claim up to this many of the oldest ready todos at once, 1 to {limits.BATCH_CLAIM_MAX}, each under "
+    "its own lease and attempt (and with require_fence its own lease_token). With it the answer is "
+    '{"empty", "todos": [...]}; omit it for one todo in the single shape. Other values are refused.',
+    minimum=1, maximum=limits.BATCH_CLAIM_MAX)
+
+
+def _item(retry: bool) -> dict:
+    props: dict[str, Any] = {
+        "id": {"type": "string", "description": "The todo's id (td_…) you hold.", "maxLength": limits.ID_MAX_CHARS},
+        "lease_token": {"type": "string", "description": "This todo's lease_token, when its claim was fenced.",
+                        "maxLength": limits.LEASE_TOKEN_MAX_CHARS},
+        "summary": {"type": "string", "description": "This attempt's report, as the summary argument "
+                                                     f"(at most {limits.SUMMARY_MAX_BYTES} bytes; longer is cut)."},
+        "artifact": {"type": "string", "description": "This attempt's link, as the artifact argument.",
+                     "maxLength": limits.ARTIFACT_MAX_BYTES},
+        "result": {"description": "This todo's result, any JSON value, as the result argument."},
+    }
+    if retry:
+        props["retry"] = {"type": "boolean", "description": "false makes this todo a dead letter now; "
+                                                            "default: the call's retry."}
+    return {"type": "object", "description": "One todo to close.", "properties": props, "required": ["id"],
+            "additionalProperties": False}
+
+
+def close_items(verb: str) -> Param:
+    return Param(
+        "items", "array",
+        f"Instead of id: up to {limits.BATCH_CLOSE_MAX} todos you hold to {verb} in one call, each with its "
+        "own lease_token, summary, artifact and result. Each is handled on its own: the answer lists per "
+        "item ok with the todo, or the error (not_found, conflict, ...) that the single call would give.",
+        items=_item(verb == "fail"), max_items=limits.BATCH_CLOSE_MAX)
 
 
 # ----------------------------------------------------------------------------------------- outputs
@@ -247,15 +300,49 @@ CLAIM_RESULT = {"type": "object", "description": "The claimed todo with its payl
                 "properties": {**_FULL_PROPS, **_CLAIM_PROPS},
                 "required": _COMPACT_REQUIRED + ["attempt_seq", "attempts_total", "prior_attempts"]}
 
+CLAIM_ITEM = {"type": "object", "description": "One todo a batched claim_next claimed.",
+              "properties": {"todo": TODO_FULL, **_CLAIM_PROPS},
+              "required": ["todo", "attempt_seq", "attempts_total", "prior_attempts"]}
+
 CLAIM_NEXT_RESULT = {
     "type": "object",
-    "description": 'Exactly {"empty": true} when nothing is ready; otherwise the claimed todo and its history.',
+    "description": 'Exactly {"empty": true} when nothing is ready; otherwise the claimed todo and its history. '
+                   'With max_todos: {"empty", "todos": [...]}, oldest first.',
     "properties": {
         "empty": _t("boolean", "True when nothing was ready to claim."),
         "todo": TODO_FULL,
         **_CLAIM_PROPS,
+        "todos": {"type": "array", "items": CLAIM_ITEM,
+                  "description": "With max_todos only: the todos claimed, oldest first ([] when empty)."},
     },
     "required": ["empty"],
+}
+
+_CLOSE_ITEM_RESULT = {
+    "type": "object", "description": "What happened to one item.",
+    "properties": {
+        "id": _t("string", "The item's id, as given."),
+        "ok": _t("boolean", "True when this todo was closed."),
+        "todo": TODO_COMPACT,
+        "error": {"type": "object", "description": "Why this item was refused (ok false); nothing changed for it.",
+                  "properties": {"code": _t("string", "What kind of refusal.", enum=["not_found", "conflict",
+                                                                                     "forbidden"]),
+                                 "message": _t("string", "What was wrong; never carries an id or token.")},
+                  "required": ["code", "message"]},
+    },
+    "required": ["id", "ok"],
+}
+
+# complete / fail: the compact row for one id, or {"results": [...]} for items.
+CLOSE_RESULT = {
+    "type": "object",
+    "description": "The todo as a compact row; with items, the per-item results in the items' order.",
+    "properties": {
+        **_COMPACT_PROPS,
+        "results": {"type": "array", "items": _CLOSE_ITEM_RESULT,
+                    "description": "With items only: one entry per item, in order."},
+    },
+    "anyOf": [{"required": _COMPACT_REQUIRED}, {"required": ["results"]}],
 }
 
 GET_RESULT = {
