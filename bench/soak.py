@@ -599,6 +599,7 @@ class Soak:
         self.violations: list[str] = []
         self.extra_http: JsonLines | None = None
         self.loads: list[float] = []
+        self.push_errors = Counter()
         self.pg_version = "?"
 
     # ------------------------------------------------------------------------ database and CLI
@@ -781,13 +782,15 @@ class Soak:
             server = (n + attempt) % len(self.ports)
             try:
                 r = await http.post(f"{self.base(server)}/api/v1/endpoints/{lane.slug}/todos", json=body)
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
+                self.push_errors[type(exc).__name__] += 1
                 rec["state"] = "unknown"  # the answer was lost: the key settles it on the next try
                 await asyncio.sleep(0.5)
                 continue
             if r.status_code in (200, 201):
                 rec.update(id=r.json()["todo"]["id"], state="created")
                 return
+            self.push_errors[f"HTTP {r.status_code}"] += 1
             if r.status_code == 404:  # the lane was revoked meanwhile: nothing was created
                 rec["state"] = "refused" if rec["state"] == "unsent" else rec["state"]
                 return
@@ -1190,12 +1193,12 @@ class Soak:
                 revoked_under = s["gen"] in revoked and any(o["t0"] >= revoked[s["gen"]].started for o in s["ops"])
                 kind = ("agent task cancelled while holding" if claimant in cancelled else
                         "agent process killed while holding" if incarnation in self.killed_incarnations else
-                        "claim answer lost (reset, timeout, 'unavailable')" if r != "ok" else
+                        "claim answer lost (reset, timeout, 'unavailable', 'internal')" if r != "ok" else
                         f"lane revoked while holding ({abandoned[claimant]})" if claimant in abandoned else
                         "lane revoked while holding (the next call passed authentication: conflict)"
                         if lost and revoked_under else
+                        "report answer lost (reset, timeout, 'unavailable', 'internal')" if ended_ambiguously else
                         "lease lapsed during a fault (conflict on the next call)" if lost else
-                        "report answer lost (reset, timeout, 'unavailable')" if ended_ambiguously else
                         "holder stopped without a report")
             causes[kind][a["outcome"]] += 1
             if a["outcome"] not in allowed:
@@ -1294,7 +1297,7 @@ class Soak:
                      f"max {max(self.loads, default=0):.1f}",
                  "", "| todos | count |", "| --- | ---: |",
                  f"| pushed (answered) | {pushed['created']} |",
-                 f"| pushed (answer lost, settled by key) | {pushed['unknown']} |",
+                 f"| push never answered in 8 tries (looked up by key) | {pushed['unknown']} |",
                  f"| push refused (lane revoked first) | {pushed['refused']} |"]
         lines += [f"| {k} | {n} |" for k, n in sorted(states.items())]
         lines += [f"| live after the drain: {k} | {n} |" for k, n in sorted(got["live_left"].items())]
@@ -1313,6 +1316,8 @@ class Soak:
                          f"{max(values) if values else float('nan'):.0f} | {e} |")
         lines += ["", "| errors seen by agents | count |", "| --- | ---: |"]
         lines += [f"| {k} | {n} |" for k, n in errs["(all)"].most_common()] or ["| none | 0 |"]
+        lines += ["", "| errors seen by the producer (each retried) | count |", "| --- | ---: |"]
+        lines += [f"| {k} | {n} |" for k, n in self.push_errors.most_common()] or ["| none | 0 |"]
         if self.slow_cuts or self.slow_uncut:
             lines += ["", f"slow clients: {len(self.slow_cuts)} cut by the server (median "
                           f"{statistics.median(self.slow_cuts) if self.slow_cuts else float('nan'):.1f} s, max "
