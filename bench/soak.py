@@ -1267,8 +1267,8 @@ class Soak:
         outcomes = Counter(f"{a['outcome']}/{a['disposition']}" for a in attempts)
         pushed = Counter(rec["state"] for rec in self.pushes.values())
 
-        def window_of(t: float) -> str:
-            for kind, start, end in self.windows:
+        def window_of(t: float) -> str:  # the latest fault that had started, while it lasted or settled
+            for kind, start, end in reversed(self.windows):
                 if start <= t <= end + self.args.settle:
                     return kind
             return "(no fault)"
