@@ -791,7 +791,7 @@ class Soak:
                 rec.update(id=r.json()["todo"]["id"], state="created")
                 return
             self.push_errors[f"HTTP {r.status_code}"] += 1
-            if r.status_code == 404:  # the lane was revoked meanwhile: nothing was created
+            if r.status_code in (400, 404):  # the lane was revoked meanwhile ("endpoint is revoked")
                 rec["state"] = "refused" if rec["state"] == "unsent" else rec["state"]
                 return
             await asyncio.sleep(0.5)
