@@ -172,3 +172,45 @@ async def test_statement_and_lock_timeouts_are_set_on_every_pooled_connection(ow
             holder.execute("ROLLBACK")
     finally:
         await pool.close()
+
+
+async def test_a_call_whose_client_left_ends_at_once_not_at_the_database_deadline(own_pg):
+    import socket
+    import threading
+
+    from conftest import start_process_server
+    from mcp_support import ACCEPT
+
+    uri = create_database(own_pg.uri)
+    async with core_for(uri) as core:
+        agent = await vend(core, "left")
+    srv = start_process_server(uri, env={"SWITCHBOARD_DB_STATEMENT_TIMEOUT_SECONDS": "4",
+                                         "SWITCHBOARD_MCP_AUTH_CACHE_SECONDS": "120"})
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(srv.process.stdout.readline, b"")), daemon=True)
+    reader.start()
+    try:
+        raw = Raw(srv.url, agent.slug, agent.credential)
+        assert raw.initialize().status_code == 200
+        assert _tool_error(raw.call("list_todos")) is None
+        port = int(srv.url.rsplit(":", 1)[1])
+        call = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                           "params": {"name": "claim_next", "arguments": {}}})
+        with Frozen(own_pg.pgdata):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall((f"POST /mcp/{agent.slug} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                       f"Authorization: Bearer {agent.credential}\r\nAccept: {ACCEPT}\r\n"
+                       f"Content-Type: application/json\r\nMcp-Session-Id: {raw.session_id}\r\n"
+                       f"MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {len(call)}\r\n\r\n{call}").encode())
+            time.sleep(0.5)
+            s.close()  # the client gives up while the database is frozen
+            time.sleep(1.5)
+            ended = [json.loads(line) for line in list(lines) if line.startswith(b"{")]
+        raw.close()
+    finally:
+        srv.stop()
+        reader.join(5)
+    mine = [r for r in ended if r.get("logger") == "switchboard.mcp" and r.get("endpoint") == agent.slug
+            and r.get("status") == 499]
+    assert len(mine) == 1, ended[-5:]
+    assert mine[0]["reason"] == "client_disconnect" and mine[0]["latency_ms"] < 1500

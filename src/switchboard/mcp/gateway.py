@@ -11,6 +11,7 @@ this, for the whole app (`web/hosts.py`); the Host check here is the same rule (
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -118,6 +119,9 @@ class Gateway:
         reset = CALL_FACTS.set(facts)
         try:
             await self._serve(scope, listen, watch, slug)
+        except asyncio.CancelledError:
+            gone = True  # the server ends a request whose client left before its answer (web/transport.py)
+            raise
         finally:
             CALL_FACTS.reset(reset)
             extra = {"method": scope["method"], "endpoint": slug, "status": 499 if gone and status == 0 else status,

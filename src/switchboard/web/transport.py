@@ -11,6 +11,10 @@ time, holds its socket (and, once the head is in, a running request) for as long
   arrive within this. If not, the connection is closed and the application sees the client as gone
   (`http.disconnect`), which it logs as one `client disconnected` line. Time the application itself
   spends not reading (flow control paused the socket) does not count against the client.
+- **A client gone before its answer** (the connection closed or reset, or a body deadline passed)
+  ends its request: the request's task is cancelled instead of running on with nobody to answer
+  (with the pinned MCP SDK such a request could otherwise wait until its session ended). Work it
+  handed elsewhere, such as an MCP tool call already running in its session, still finishes.
 - **Connection cap** (`SWITCHBOARD_MAX_CONNECTIONS`): uvicorn's `limit_concurrency`; past it, a new
   request is answered 503 at once instead of queueing.
 
@@ -112,10 +116,23 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
         self._disarm_body()
         super().on_message_complete()
 
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if self.config.reset_contextvars:  # uvicorn's opt-in variant: left as it is, not cancellable
+            super()._start_asgi_task(cycle, app)
+            return
+        task = self.loop.create_task(cycle.run_asgi(app))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+        cycle.request_task = task
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head()
         self._disarm_body()
+        cycle = self.cycle
         super().connection_lost(exc)
+        task = getattr(cycle, "request_task", None)
+        if task is not None and not cycle.response_started and not task.done():
+            task.cancel()  # nobody is left to answer
 
 
 def _client(client: Any) -> str | None:
