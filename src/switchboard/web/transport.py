@@ -13,8 +13,8 @@ time, holds its socket (and, once the head is in, a running request) for as long
   spends not reading (flow control paused the socket) does not count against the client.
 - **A client gone before its answer** (the connection closed or reset, or a body deadline passed)
   ends its request: the request's task is cancelled instead of running on with nobody to answer
-  (with the pinned MCP SDK such a request could otherwise wait until its session ended). Work it
-  handed elsewhere, such as an MCP tool call already running in its session, still finishes.
+  (with the pinned MCP SDK such a request could otherwise wait until its session ended). As with
+  any call whose answer was lost, what it asked for may or may not have taken effect.
 - **Connection cap** (`SWITCHBOARD_MAX_CONNECTIONS`): uvicorn's `limit_concurrency`; past it, a new
   request is answered 503 at once instead of queueing.
 
