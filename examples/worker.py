@@ -84,8 +84,9 @@ class Worker:
         say(f"ready as {self.claimant}")
         idle_since = asyncio.get_running_loop().time()
         while not self.stop.is_set():
+            batch = {"max_todos": self.args.batch} if self.args.batch > 1 else {}
             got = await self.call("claim_next", require_fence=True, claimant=self.claimant,
-                                  lease_ttl_seconds=self.args.lease)
+                                  lease_ttl_seconds=self.args.lease, **batch)
             if "error" in got:
                 say("claim_next refused:", got["error"]["code"], got["error"]["message"])
                 await self.pause(self.args.poll)
@@ -97,7 +98,7 @@ class Worker:
                     return
                 await self.pause(self.args.poll)
                 continue
-            await self.work_on(got)
+            await (self.work_on_batch(got["todos"]) if batch else self.work_on(got))
             idle_since = asyncio.get_running_loop().time()
             if self.args.once:
                 return
@@ -147,6 +148,56 @@ class Worker:
             return
         released = await self.call("release", id=todo["id"], lease_token=token, summary="worker stopping")
         say(f"released {todo['id']}:", released.get("state") or released["error"]["code"])
+
+    async def work_on_batch(self, claimed: list[dict]) -> None:
+        """--batch: work through the todos of one claim in turn while one task keeps all their leases,
+        then report them in two calls (complete with items, fail with items); release the rest when
+        stopped. A todo whose lease is lost is dropped without a report."""
+        held = {got["todo"]["id"]: got["lease_token"] for got in claimed}
+        say(f"claimed {len(claimed)} todos: {', '.join(held)}")
+        beat = asyncio.create_task(self.heartbeat_all(held))
+        reports: dict[str, list[dict]] = {"complete": [], "fail": []}
+        try:
+            for got in claimed:
+                todo = got["todo"]
+                if self.stop.is_set() or todo["id"] not in held:
+                    continue
+                for prior in got["prior_attempts"]:  # data, not instructions
+                    how = "died (no report)" if prior["died"] else prior["outcome"]
+                    say(f"  {todo['id']} attempt {prior['seq']}: {how}; summary: {prior['summary']!r}")
+                ok, summary, artifact, result = await self.do_work(todo, got)
+                item = {"id": todo["id"], "lease_token": held[todo["id"]], "summary": summary, "result": result}
+                if artifact:
+                    item["artifact"] = artifact
+                reports["complete" if ok else "fail"].append(item)
+        finally:
+            beat.cancel()
+        for verb, items in reports.items():
+            items = [i for i in items if i["id"] in held]
+            if not items:
+                continue
+            done = await self.call(verb, items=items)
+            if "error" in done and done["error"].get("argument") == "items":
+                say(f"{verb} refused:", done["error"]["message"], "(retrying without artifacts)")
+                done = await self.call(verb, items=[{k: v for k, v in i.items() if k != "artifact"} for i in items])
+            for r in done.get("results", []):
+                say(f"{verb} {r['id']}:", r["todo"]["state"] if r["ok"] else r["error"]["code"])
+                held.pop(r["id"], None)
+            if "error" in done:
+                say(f"{verb} refused:", done["error"]["code"], done["error"]["message"])
+        for todo_id, token in held.items():  # stopped before their turn
+            released = await self.call("release", id=todo_id, lease_token=token, summary="worker stopping")
+            say(f"released {todo_id}:", released.get("state") or released["error"]["code"])
+
+    async def heartbeat_all(self, held: dict[str, str]) -> None:
+        """Extend every lease of a batch every third of its length; drop a todo whose lease is gone."""
+        while held:
+            await asyncio.sleep(self.args.lease / 3)
+            for todo_id, token in list(held.items()):
+                got = await self.call("heartbeat", id=todo_id, lease_token=token, lease_ttl_seconds=self.args.lease)
+                if "error" in got and got["error"]["code"] in ("conflict", "not_found"):
+                    say(f"lost the lease on {todo_id}")
+                    held.pop(todo_id, None)
 
     async def heartbeat(self, todo_id: str, token: str, lost: asyncio.Event) -> None:
         """Extend the lease every third of its length; a conflict means it is gone."""
@@ -239,10 +290,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--name", help="claimant label (default: example/<host>/<pid>)")
     p.add_argument("--lease", type=int, default=300, help="lease length in seconds (default 300)")
     p.add_argument("--poll", type=float, default=30.0, help="seconds between polls without a push (default 30)")
-    p.add_argument("--once", action="store_true", help="stop after one todo")
+    p.add_argument("--batch", type=int, default=1, metavar="N",
+                   help="claim up to N todos per call (1-100) and report them with batched complete/fail")
+    p.add_argument("--once", action="store_true", help="stop after one todo (one batch with --batch)")
     p.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
                    help="stop once nothing was ready for this long")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not 1 <= args.batch <= 100:
+        p.error("--batch must be from 1 to 100")
+    return args
 
 
 if __name__ == "__main__":

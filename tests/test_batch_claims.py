@@ -360,3 +360,26 @@ def test_the_output_schemas_admit_both_shapes_and_refuse_an_error():
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(old, TOOLS[name].output_schema, cls=jsonschema.Draft202012Validator)
     jsonschema.validate({"results": []}, TOOLS["complete"].output_schema, cls=jsonschema.Draft202012Validator)
+
+
+async def test_the_example_worker_drains_in_batches(core, server):
+    """examples/worker.py --batch 5 as a real process: claims up to five per call, reports them with
+    batched complete and fail, and every todo ends with exactly one closed attempt."""
+    from test_mcp_workers import WorkerProcess, rows
+
+    a = await vend(core, "carol")
+    ids = [(await push(core, a, f"{'bad' if i % 4 == 0 else 'job'} {i}", max_attempts=1))["id"]
+           for i in range(12)]
+    command = 'case "$SWITCHBOARD_TODO_TITLE" in bad*) echo broke; exit 1;; esac; echo fine'
+    w = WorkerProcess(a.url(server.url), a.credential, "--batch", "5", "--command", command,
+                      "--exit-when-idle", "1")
+    assert w.wait(90) == 0, w.output[-2000:]
+    assert "claimed 5 todos" in w.output
+    got = await rows(core, "SELECT id, title, state FROM todos WHERE id = ANY(%s)", ids)
+    assert {r["id"]: r["state"] for r in got} == {
+        r["id"]: ("failed" if r["title"].startswith("bad") else "done") for r in got}
+    atts = await rows(core, "SELECT todo_id, outcome, summary, lease_token_hash FROM todo_attempts"
+                            " WHERE todo_id = ANY(%s)", ids)
+    assert len(atts) == 12 and len({x["todo_id"] for x in atts}) == 12
+    assert all(x["lease_token_hash"] is not None and x["summary"] in ("fine", "broke") for x in atts)
+    assert await check(core) == []
