@@ -104,7 +104,7 @@ def public(row: dict) -> dict:
         "source": row["source"],
         "token_prefix": row["token_prefix"],
         "enabled": row["enabled"],
-        "rules": row["rules"],
+        "rules": [{f: r[f] for f in intake_rules.RULE_FIELDS if f in r} for r in row["rules"]],  # jsonb drops the order
         "created_at": shapes.ts(row["created_at"]),
         "accepted": row["accepted"],
         "duplicates": row["duplicates"],
@@ -214,13 +214,15 @@ def _held(row: dict, *, with_document: bool = False) -> dict:
     return out
 
 
-async def quarantine(core: Core, human: HumanCaller, ref: Any, *, limit: Any = None) -> list[dict]:
-    """The intake's quarantined deliveries, newest first (without their documents)."""
+async def quarantine(core: Core, human: HumanCaller, ref: Any, *, limit: Any = None,
+                     with_documents: bool = False) -> list[dict]:
+    """The intake's quarantined deliveries, newest first (with their documents when asked)."""
     intake = await get(core, human, ref)
     n = inputs.count(limit, "limit", default=QUARANTINE_MAX, low=1, high=QUARANTINE_MAX)
+    sql = Q.intakes.quarantine_list_documents if with_documents else Q.intakes.quarantine_list
     async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.intakes.quarantine_list, {"intake_id": intake["intake_id"], "limit": n})
-        return [_held(r) for r in await cur.fetchall()]
+        cur = await conn.execute(sql, {"intake_id": intake["intake_id"], "limit": n})
+        return [_held(r, with_document=with_documents) for r in await cur.fetchall()]
 
 
 async def quarantined(core: Core, human: HumanCaller, ref: Any, item: Any) -> dict:

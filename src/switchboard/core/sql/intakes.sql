@@ -74,6 +74,11 @@ SELECT id, received_at, event, delivery, reason, replays, octet_length(document:
   FROM intake_quarantine WHERE intake_id = %(intake_id)s
  ORDER BY id DESC LIMIT %(limit)s
 
+-- name: quarantine_list_documents
+SELECT id, received_at, event, delivery, reason, replays, document
+  FROM intake_quarantine WHERE intake_id = %(intake_id)s
+ ORDER BY id DESC LIMIT %(limit)s
+
 -- name: quarantine_get
 SELECT id, received_at, event, delivery, reason, replays, document
   FROM intake_quarantine WHERE intake_id = %(intake_id)s AND id = %(id)s
