@@ -228,7 +228,7 @@ async def test_a_failed_workflow_run_becomes_a_todo_and_a_green_one_does_not(cor
     assert len(await rows(core, "SELECT id FROM todos")) == 1
 
 
-async def test_a_tampered_body_is_refused_and_nothing_is_stored(core, server, pg_uri):
+async def test_a_tampered_body_is_refused_and_nothing_is_stored(core, server, pg_uri, caplog):
     alice = await owner(core, server.url)
     made = alice.create(source="github", rules=[{"title": "'anything'"}])
     payload = body_of(issues_labeled())
@@ -245,6 +245,13 @@ async def test_a_tampered_body_is_refused_and_nothing_is_stored(core, server, pg
     assert fingerprint(pg_uri) == before
     shown = alice.http.get(f"/intakes/{made['intake']['intake_id']}").json()["intake"]
     assert shown["verify_failures"] == 1 and shown["last_failure_at"] is not None
+    # One log line each, without the body, the token, the secret or the signature.
+    refused = [r for r in caplog.records if r.getMessage() == "intake delivery refused"]
+    assert [(r.target, r.reason) for r in refused] == [(made["intake"]["intake_id"], "github:bad_signature"),
+                                                       (None, "unknown:unknown_intake")]
+    logged = " ".join(str(r.__dict__) for r in caplog.records)
+    for secret in ("Crush", made["token"], made["token"][4:20], made["secret"], signature[7:]):
+        assert secret not in logged
 
 
 async def test_standard_webhooks_refuse_a_stale_timestamp_and_dedupe_a_replay(core, server, pg_uri):

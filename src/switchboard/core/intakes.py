@@ -331,8 +331,8 @@ async def deliver(core: Core, intake: dict, document: dict) -> dict:
         item = await _hold(core, intake, document, delivery, fault.reason)
         async with core.pool.connection() as conn:
             await conn.execute(Q.intakes.count_delivery, {**counters, "quarantined": 1})
-        log.info("intake delivery quarantined", extra={"event": "intake", "intake": str(intake["id"]),
-                                                       "reason": fault.reason[:200]})
+        # Not the reason: it may quote a value of the body.
+        log.info("intake delivery quarantined", extra={"event": "intake.quarantined", "target": str(intake["id"])})
         return {"status": "quarantined", "item_id": item, "reason": fault.reason}
     async with core.pool.connection() as conn, conn.transaction():
         if delivery:

@@ -208,8 +208,9 @@ class IntakeReceiver:
     def _refuse(self, source: str, reason: str, intake: str | None) -> Response:
         self.deliveries.labels(source, "rejected").inc()
         self.verify_failures.labels(source, reason).inc()
-        log.warning("intake delivery refused", extra={"event": "intake", "intake": intake, "source": source,
-                                                      "reason": reason})
+        # Whitelisted log keys only (logs.SAFE_KEYS): the intake as `target`, never the body or a header.
+        log.warning("intake delivery refused", extra={"event": "intake.refused", "target": intake,
+                                                      "reason": f"{source}:{reason}"})
         return JSONResponse(REFUSED, status_code=401, headers=NO_STORE)
 
     async def receive(self, request: Request) -> Response:
