@@ -425,6 +425,30 @@ async def test_body_cap_and_rate_limit(core, server):
     assert statuses.count(429) >= 1 and set(statuses) <= {401, 429}
 
 
+async def test_a_disabled_humans_intake_answers_like_an_unknown_one(core, server):
+    alice = await owner(core, server.url)
+    made = alice.create(source="bearer", rules=[{"title": "'x'"}])
+    auth = {"Authorization": f"Bearer {made['secret']}"}
+    assert httpx.post(made["url"], content=b"{}", headers=auth).status_code == 202
+    await humans.set_disabled(core, alice.agent.human, True)
+    refused = httpx.post(made["url"], content=b"{}", headers=auth)
+    unknown = httpx.post(made["url"] + "x", content=b"{}", headers=auth)
+    assert (refused.status_code, refused.content) == (unknown.status_code, unknown.content) == (
+        401, unknown.content)
+    await humans.set_disabled(core, alice.agent.human, False)
+    assert httpx.post(made["url"], content=b"{}", headers=auth).status_code == 202
+
+
+def test_bodies_are_parsed_as_json_github_form_or_text():
+    doc = {"a": "b\u0000c", "\ud800k": 1}
+    assert intake_hook.parse_body(json.dumps(doc).encode(), "application/json") == {"a": "bc", "k": 1}
+    form = b"payload=" + json.dumps({"action": "opened"}).replace(" ", "+").encode()
+    assert intake_hook.parse_body(form, "application/x-www-form-urlencoded") == {"action": "opened"}
+    assert intake_hook.parse_body(b"\xffplain text", "text/plain") == "\ufffdplain text"
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert isinstance(intake_hook.parse_body(deep, "application/json"), str)
+
+
 def test_token_buckets():
     buckets = intake_hook.TokenBuckets(rate=1, burst=2)
     assert [buckets.take(b"k", now=0.0) for _ in range(3)] == [True, True, False]

@@ -36,10 +36,11 @@ DELETE FROM intakes WHERE id = %(id)s AND human_id = %(human_id)s RETURNING id, 
 
 -- name: by_token
 -- The receiving route's lookup: the intake of a URL token, with what verifying and routing need.
+-- A disabled human's intakes answer like unknown ones (as their API tokens do).
 SELECT i.id, i.human_id, i.name, i.queue, i.source, i.secret, i.rules, i.token_hash,
        e.slug AS endpoint_slug
-  FROM intakes i JOIN endpoints e ON e.id = i.endpoint_id
- WHERE i.token_hash = %(token_hash)s AND i.enabled
+  FROM intakes i JOIN endpoints e ON e.id = i.endpoint_id JOIN humans h ON h.id = i.human_id
+ WHERE i.token_hash = %(token_hash)s AND i.enabled AND h.disabled_at IS NULL
 
 -- name: count_verify_failure
 UPDATE intakes SET verify_failures = verify_failures + 1, last_failure_at = now() WHERE id = %(id)s
