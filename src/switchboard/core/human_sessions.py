@@ -68,8 +68,3 @@ async def end_all(core: Core, human_id: Any, conn: Any = None) -> int:
         cur = await own.execute(Q.human_sessions.end_all, {"human_id": human_id})
         return cur.rowcount
 
-
-async def count_live(core: Core, human_id: Any) -> int:
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.human_sessions.count_live, {"human_id": human_id})
-        return (await cur.fetchone())["n"]

@@ -141,13 +141,6 @@ async def set_password(core: Core, human: HumanCaller, password: str) -> int:
         return await human_sessions.end_all(core, human.human_id, conn)
 
 
-async def is_disabled(core: Core, human: HumanCaller) -> bool:
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.humans.by_id, {"id": human.human_id})
-        row = await cur.fetchone()
-    return row is None or row["disabled_at"] is not None
-
-
 async def set_disabled(core: Core, human: HumanCaller, disabled: bool) -> int:
     """Disable (or enable again) a human. Disabling refuses sign-in and API tokens and ends every
     Board session (one transaction); returns how many live sessions were ended."""

@@ -27,6 +27,3 @@ UPDATE board_sessions SET revoked_at = now()
 DELETE FROM board_sessions
  WHERE expires_at < now() - interval '1 day' OR revoked_at < now() - interval '1 day'
 
--- name: count_live
-SELECT count(*) AS n FROM board_sessions
- WHERE human_id = %(human_id)s AND revoked_at IS NULL AND expires_at > now()

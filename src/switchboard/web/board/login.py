@@ -113,6 +113,8 @@ async def check_password(board: Board, account: str, password: str, address: str
         human = await humans.verify_password(board.core, account, password)
     if human is not None:
         throttle.succeeded(account, address)
+    else:
+        throttle.confirm_failure(account, address)
     return human, None
 
 

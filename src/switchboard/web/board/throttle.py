@@ -93,6 +93,14 @@ class LoginThrottle:
                 rec.failures += 1
                 rec.last = now
 
+    def confirm_failure(self, account: str, address: str | None) -> None:
+        """The counted attempt's password was wrong: its wait runs from now, the end of the check."""
+        now = self._clock()
+        for key, _ in self.keys(account, address):
+            rec = self._records.get(key)
+            if rec is not None:
+                rec.last = max(rec.last, now)
+
     def forgive(self, account: str, address: str | None) -> None:
         """Take back one counted attempt whose password was never checked."""
         for key, _ in self.keys(account, address):
