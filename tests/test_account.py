@@ -14,7 +14,7 @@ import pytest
 
 from account_kit import csrf_of, post_with_session, sign_in, signed_in_status
 from board_kit import (PASSWORD, axe_violations, board_server, browser, page_for,  # noqa: F401
-                       sign_in as browser_sign_in)
+                       screenshot, sign_in as browser_sign_in)
 from conftest import create_database, make_settings, start_process_server, start_thread_server
 from switchboard.core import humans
 from test_cli import _base_env, ok_json, refused, sb
@@ -137,6 +137,7 @@ async def test_account_page_changes_the_password_and_revokes_tokens(board_server
         assert await rows.count() == 2
         assert doomed_row["prefix"] in await page.inner_text(f"#sb-token-{doomed_row['id']}")
         assert await axe_violations(page) == []
+        await screenshot(page, "account", full_page=True)
 
         # Revoke one token: the API refuses it at once, the other still works.
         async with page.expect_navigation():
