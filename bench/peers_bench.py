@@ -67,6 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--write-doc", metavar="FILE",
                    help="write the report as the 'Peers' section of FILE (replaced if there, else appended)")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                   help="event loop for every system (uvloop, as uvicorn uses it when installed)")
     p.add_argument("--silent", action="store_true", help="no progress lines on stderr")
     args = p.parse_args(argv)
     args.jobs = args.jobs or (1000 if args.quick else 5000)
@@ -136,19 +138,28 @@ def report(args: argparse.Namespace, m: dict, command: str) -> str:
     enq = ["| bulk enqueue | jobs/s |", "| --- | ---: |"] + [
         f"| {label} | {_fmt(statistics.median(xs))} |" for label, xs in seen.items()]
 
-    ratios = []
-    if "sb-core" in r.samples and "raw-per-job" in r.samples:
-        for w in ws:
-            a, b = r.median("sb-core", w), r.median("raw-per-job", w)
+    # Issue 17's targets that this run measures: (what, system, against, at least this ratio, worker counts).
+    targets = [("Switchboard core per claim / raw SQL per job", "sb-core", "raw-per-job", 0.85, ws),
+               ("Switchboard core batches of 100 / PgQueuer asyncpg batch 100", "sb-core-batch-100",
+                "pgqueuer-asyncpg-100", 1.0, [w for w in ws if w >= 4]),
+               ("Switchboard MCP batches of 100 / PgQueuer psycopg default batch", "sb-mcp-batch-100",
+                "pgqueuer-psycopg-default", 1.0, [w for w in ws if w >= 4])]
+    target_lines = []
+    for what, a_key, b_key, least, at in targets:
+        cells = []
+        for w in at:
+            a, b = r.median(a_key, w), r.median(b_key, w)
             if a and b:
-                ratios.append(f"W={w} {a / b:.2f}")
+                cells.append(f"W={w} {a / b:.2f}{'' if a / b >= least else ' (missed)'}")
+        if cells:
+            target_lines.append(f"- {what}: {', '.join(cells)} (target ≥ {least:g})")
     info, facts = m["info"], m["facts"]
     loads = r.loads or [float("nan")]
     load_line = (f"load average (1 min) {m['load'][0][0]:.2f} at start, {min(loads):.2f}-{max(loads):.2f} during"
                  f" (median {statistics.median(loads):.2f}), {m['load'][1][0]:.2f} at end")
     machine = (f"{info['nproc']} CPUs ({platform.machine()}, {info['cpu']}), PostgreSQL {facts['server_version']}"
                f" ({m['how']}; synchronous_commit {facts['synchronous_commit']}, fsync {facts['fsync']}),"
-               f" Python {info['python']}, psycopg {info['psycopg']}")
+               f" Python {info['python']}, psycopg {info['psycopg']}, event loop {args.loop}")
     out = [
         SECTION,
         "",
@@ -164,11 +175,25 @@ def report(args: argparse.Namespace, m: dict, command: str) -> str:
         table,
         "",
     ]
-    if ratios:
-        out += [f"Switchboard core / raw SQL per job: {', '.join(ratios)} (target ≥ 0.85).", ""]
+    push = r.enqueue_median("sb-core")
+    if push is not None:
+        target_lines.append(f"- Switchboard bulk enqueue: {push:,.0f} todos/s (target ≥ 50,000)")
+    if target_lines:
+        out += ["Ratios in this run (issue 17's targets):", ""] + target_lines + [""]
     out += ["\n".join(enq), ""]
+    out += [
+        "What each system writes per job differs, and the rows say so: raw SQL and Switchboard open and"
+        " close one attempt row per job in the claim and complete statements (Switchboard also checks"
+        " scope, fence and lease and reads the prior attempts); PgQueuer deletes the job row and writes"
+        " `pgqueuer_log` rows through a buffer flushed a batch at a time; procrastinate runs one fetch and one"
+        " finish call per job, and its trigger writes `procrastinate_events` rows. PgQueuer on psycopg"
+        " shares one connection between queries and its notification watcher, which holds it until the"
+        " next notification arrives (its driver reads `notifies(timeout=1.0, stop_after=1)`); on asyncpg"
+        " the listener does not hold the connection.",
+        "",
+    ]
     if r.failed:
-        out += ["Failed verification (no figure): " + "; ".join(f"{k}: {e}" for k, e in r.failed.items()), ""]
+        out += ["Failed (no figure): " + "; ".join(f"{k}: {e}" for k, e in r.failed.items()), ""]
     return "\n".join(out)
 
 
@@ -187,7 +212,12 @@ def write_section(path: Path, section: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log = (lambda *_: None) if args.silent else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    m = asyncio.run(measure(args, log))
+    if args.loop == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            args.loop = "asyncio"
+    m = uvloop.run(measure(args, log)) if args.loop == "uvloop" else asyncio.run(measure(args, log))
     command = "python bench/peers_bench.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
                                                if (argv if argv is not None else sys.argv[1:]) else "")
     command = re.sub(r"\s*--write-doc(=|\s+)\S+", "", command)

@@ -41,17 +41,19 @@ def run_bench(tmp_path: Path, systems: str, doc: Path | None = None) -> tuple[in
 def test_built_in_systems_run_verified_and_land_in_the_doc_section(bench_server, tmp_path, capsys):
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\nEarlier figures.\n\n## Peers\n\nold figures\n\n## Later\n\nkept\n")
-    code, got, text = run_bench(tmp_path, "raw-per-job,raw-batch-10,sb-core", doc)
+    code, got, text = run_bench(tmp_path, "raw-per-job,raw-batch-10,sb-core,sb-core-batch-100", doc)
     assert code == 0, got["failed"]
     assert got["failed"] == {}
-    for key in ("raw-per-job", "raw-batch-10", "sb-core"):
+    for key in ("raw-per-job", "raw-batch-10", "sb-core", "sb-core-batch-100"):
         (sample,) = got["samples"][key]["1"]
         assert sample["rate"] > 0 and sample["enqueue_rate"] > 0
     printed = capsys.readouterr().out
     assert "| raw SQL, per job, with attempt rows |" in printed
     assert "| Switchboard core in process (`claim_next` + `complete`) |" in printed
-    assert "Switchboard core / raw SQL per job: W=1" in printed
-    assert "| Switchboard, one `push` per todo (core producer) |" in printed
+    assert "- Switchboard core per claim / raw SQL per job: W=1 " in printed
+    assert "| Switchboard core in process, batches of 100 (`claim_next_batch` + `complete_batch`) |" in printed
+    assert "| Switchboard, one `push` per todo (core producer, 8 concurrent producers) |" in printed
+    assert "- Switchboard bulk enqueue: " in printed
     # The section replaced in place: what came before and after it kept, the old figures gone.
     assert text.startswith("# Benchmarks\n\nEarlier figures.\n\n## Peers\n")
     assert text.count("## Peers") == 1 and "old figures" not in text

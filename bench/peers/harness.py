@@ -163,6 +163,7 @@ async def measure_once(make: Callable[[], System], dbs: Databases, *, n: int, w:
     try:
         await system.setup(db)
         enqueue_s = await system.enqueue(n)
+        await asyncio.sleep(0.3)  # let the server reap the backends of setup and enqueue first (CPU per job)
         pg0, py0 = server_cpu(), time.process_time()
         run = await system.run_workers(w)
         py1, pg1 = time.process_time(), server_cpu()
@@ -205,6 +206,10 @@ async def measure_all(makers: list[Callable[[], System]], dbs: Databases, *, n: 
                 except VerifyError as e:
                     results.failed[key] = str(e)
                     log(f"  {key}: FAILED verification: {e}")
+                    continue
+                except Exception as e:  # one broken system must not cost the run: it is reported as failed
+                    results.failed[key] = f"{type(e).__name__}: {e}"
+                    log(f"  {key}: FAILED: {type(e).__name__}: {e}")
                     continue
                 results.samples[key][w].append(got)
                 results.loads.append(loadavg())

@@ -10,13 +10,13 @@ from .oban_peer import Oban
 from .pgqueuer_peer import PgQueuer
 from .procrastinate_peer import Procrastinate
 from .raw import RawBatch, RawPerJob
-from .switchboard import SwitchboardCore, SwitchboardMcp
+from .switchboard import SwitchboardCore, SwitchboardCoreBatch, SwitchboardMcp, SwitchboardMcpBatch
 
 # key -> a factory (each measurement gets a fresh instance)
 SYSTEMS: dict[str, Callable[[], System]] = {}
 
 # Switchboard systems with no peer packages needed: what the smoke test runs.
-BUILT_IN = ("raw-per-job", "raw-batch-10", "sb-core", "sb-mcp")
+BUILT_IN = ("raw-per-job", "raw-batch-10", "sb-core", "sb-core-batch-100", "sb-mcp", "sb-mcp-batch-100")
 
 
 def register(make: Callable[[], System]) -> str:
@@ -34,8 +34,9 @@ for _make in (
     Oban,
     Procrastinate,
     SwitchboardCore,
-    # EXTEND: batched core claims (claim_next with max_todos) — a SwitchboardCore subclass
+    lambda: SwitchboardCoreBatch(100),
     SwitchboardMcp,
-    # EXTEND: batched claims over MCP — a SwitchboardMcp subclass
+    lambda: SwitchboardMcpBatch(100),
+    # EXTEND: a bulk push is an `enqueue` override of these classes (switchboard.py)
 ):
     register(_make)

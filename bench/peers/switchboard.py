@@ -4,11 +4,15 @@ sb-core  `todos.claim_next` + `todos.complete` in process, with an EndpointCalle
          calls them; one asyncio worker per W on the core's pool (the served app's: min 2, max 20)
 sb-mcp   the same two transitions as MCP tool calls to a `switchboard serve` process, one light
          client (keep-alive HTTP/1.1, session era) per worker, started as the MCP bench starts it
+sb-core-batch-100, sb-mcp-batch-100
+         the batched paths: up to 100 todos per claim (`max_todos`) and one close of the list
 
-Both enqueue the way a producer does today: one `producer.push` per todo through the core.
+All enqueue the way producers do today: one `producer.push` per todo through the core, from 8
+concurrent producers (the todos are in their queue before the workers start).
 
-Extension points (marked EXTEND below): a batched path overrides `work` (one worker's loop; return
-the number of jobs it completed), a bulk push overrides `enqueue`; then one line in registry.py.
+Extension points (marked EXTEND below): another claim path overrides `work` (one worker's loop;
+return the number of jobs it completed), as the batched classes at the end do; a bulk push overrides
+`enqueue`; then one line in registry.py.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from .harness import QUEUE, Clock, Database, Run, VerifyError, gather_workers
 
 LEASE_TTL = 1800
 POOL_MAX = 20  # the served app's pool (web/app.py); W=16 fits
+PRODUCERS = 8  # concurrent producers pushing one todo per call (there is no batch push yet)
 
 
 class Tenant:
@@ -99,7 +104,7 @@ class Tenant:
 class SwitchboardCore:
     key = "sb-core"
     label = "Switchboard core in process (`claim_next` + `complete`)"
-    enqueue_label = "Switchboard, one `push` per todo (core producer)"
+    enqueue_label = f"Switchboard, one `push` per todo (core producer, {PRODUCERS} concurrent producers)"
 
     def __init__(self) -> None:
         self.tenant: Tenant | None = None
@@ -113,9 +118,13 @@ class SwitchboardCore:
     # EXTEND (bulk push): override with one call that pushes the n todos in batches.
     async def enqueue(self, n: int) -> float:
         t = self.tenant
+
+        async def producer_loop(first: int) -> None:
+            for i in range(first, n, PRODUCERS):
+                await producer.push(t.core, t.human, t.slug, title=f"job {i}", queue=QUEUE)
+
         t0 = time.perf_counter()
-        for i in range(n):
-            await producer.push(t.core, t.human, t.slug, title=f"job {i}", queue=QUEUE)
+        await gather_workers(producer_loop(p) for p in range(PRODUCERS))
         return time.perf_counter() - t0
 
     async def prepare(self, w: int) -> list:
@@ -123,8 +132,7 @@ class SwitchboardCore:
         await self.tenant.warm(w)
         return [None] * w
 
-    # EXTEND (batched claims): override with a loop that claims up to k todos per call and closes them
-    # in one call; return how many jobs this worker completed.
+    # EXTEND (another claim path): override with its loop; return how many jobs this worker completed.
     async def work(self, state, clock: Clock) -> int:
         core, caller = self.tenant.core, self.tenant.caller
         done = 0
@@ -175,7 +183,6 @@ class SwitchboardMcp(SwitchboardCore):
                                                             self.tenant.credential).open())
         return list(self.clients)
 
-    # EXTEND (batched claims over MCP): override with claim_next(max_todos=k) and one complete of the list.
     async def work(self, client, clock: Clock) -> int:
         done = 0
         while True:
@@ -194,3 +201,52 @@ class SwitchboardMcp(SwitchboardCore):
         if self.served is not None:
             await asyncio.to_thread(self.served.stop)
             self.served = None
+
+
+class SwitchboardCoreBatch(SwitchboardCore):
+    """`todos.claim_next_batch(max_todos=k)` + `todos.complete_batch` of the todos it got: two statements
+    per k todos, each todo under its own lease with its own attempt opened and closed."""
+
+    def __init__(self, k: int = 100) -> None:
+        super().__init__()
+        self.k = k
+        self.key = f"sb-core-batch-{k}"
+        self.label = f"Switchboard core in process, batches of {k} (`claim_next_batch` + `complete_batch`)"
+
+    async def work(self, state, clock: Clock) -> int:
+        core, caller = self.tenant.core, self.tenant.caller
+        done = 0
+        while True:
+            clock.start()
+            got = await todos.claim_next_batch(core, caller, max_todos=self.k, queue=QUEUE,
+                                               lease_ttl_seconds=LEASE_TTL)
+            if not got:
+                return done
+            results = await todos.complete_batch(core, caller, [{"id": g.todo["id"]} for g in got])
+            refused = [r for r in results if not r["ok"]]
+            if refused:
+                raise VerifyError(f"complete_batch refused {len(refused)} of {len(got)}: {refused[0]['error']}")
+            done += len(results)
+
+
+class SwitchboardMcpBatch(SwitchboardMcp):
+    """`claim_next` with `max_todos` = k and one `complete` with `items`, over MCP."""
+
+    def __init__(self, k: int = 100) -> None:
+        super().__init__()
+        self.k = k
+        self.key = f"sb-mcp-batch-{k}"
+        self.label = f"Switchboard over MCP, batches of {k} (`max_todos`, `complete` with `items`)"
+
+    async def work(self, client, clock: Clock) -> int:
+        done = 0
+        while True:
+            clock.start()
+            got = await client.tool("claim_next", {"queue": QUEUE, "max_todos": self.k})
+            if got.get("empty"):
+                return done
+            answer = await client.tool("complete", {"items": [{"id": t["todo"]["id"]} for t in got["todos"]]})
+            refused = [r for r in answer["results"] if not r["ok"]]
+            if refused:
+                raise VerifyError(f"complete refused {len(refused)} of {len(got['todos'])}: {refused[0]['error']}")
+            done += len(answer["results"])
