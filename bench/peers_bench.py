@@ -115,10 +115,9 @@ def report(args: argparse.Namespace, m: dict, command: str) -> str:
     r: harness.Results = m["results"]
     ws = args.worker_counts
     makers = {k: registry.SYSTEMS[k]() for k in args.keys}
-    lines = [f"| system | " + " | ".join(f"W={w}" for w in ws) + " | PostgreSQL CPU µs/job (W="
-             f"{ws[min(1, len(ws) - 1)]}) |",
+    w_cpu = ws[min(1, len(ws) - 1)]  # the second worker count (4 by default)
+    lines = ["| system | " + " | ".join(f"W={w}" for w in ws) + f" | PostgreSQL CPU µs/job (W={w_cpu}) |",
              "| --- | " + " | ".join("---:" for _ in ws) + " | ---: |"]
-    w_cpu = ws[min(1, len(ws) - 1)]
     for k, s in makers.items():
         if k in r.skipped:
             lines.append(f"| {s.label} | " + " | ".join(f"skipped: {r.skipped[k]}" if i == 0 else ""
