@@ -121,7 +121,9 @@ SELECT r.* FROM (
 -- name: claim_batch_tail
 -- claim_tail for many rows: `t(id, prior_state, prior_total, i)` are the locked todos, `i` their
 -- 1-based rank, which picks each one's lease token hash from %(new_token_hashes)s (null unfenced).
--- Every todo gets its own takeover close, counters, attempt and prior attempts, as claim_tail does.
+-- Every todo gets its own takeover close, counters, attempt and prior attempts, as claim_tail does;
+-- the history reads and the prune are skipped for the todos that cannot have any (first attempts,
+-- nothing to prune), which most of a batch are.
 , cap AS (
     SELECT greatest(5, coalesce((SELECT value::int FROM settings
                                    WHERE key = 'attempt_history_max_per_todo'), 50)) AS n
@@ -129,7 +131,8 @@ SELECT r.* FROM (
     UPDATE todo_attempts a
        SET ended_at = now(), outcome = 'lease_expired', disposition = 'requeued'
       FROM t
-     WHERE t.prior_state = 'claimed' AND a.todo_id = t.id AND a.seq = t.prior_total
+     WHERE a.todo_id = ANY(ARRAY(SELECT id FROM t WHERE prior_state = 'claimed'))  -- primary key probes only
+       AND t.prior_state = 'claimed' AND a.todo_id = t.id AND a.seq = t.prior_total
        AND a.ended_at IS NULL
     RETURNING a.*
 ), claimed AS (
@@ -153,19 +156,21 @@ SELECT r.* FROM (
     RETURNING seq
 ), pruned AS (
     DELETE FROM todo_attempts a USING claimed c
-     WHERE a.todo_id = c.id AND a.seq <= c.attempts_pruned AND a.ended_at IS NOT NULL
+     WHERE c.attempts_pruned > 0 AND a.todo_id = c.id AND a.seq <= c.attempts_pruned
+       AND a.ended_at IS NOT NULL
     RETURNING a.seq
 )
 SELECT c.*,
        c.attempts_total AS attempt_seq,
        (SELECT to_jsonb(cl) FROM closed cl WHERE cl.todo_id = c.id) AS closed_attempt,
+       CASE WHEN c.attempts_total = 1 THEN '[]'::jsonb ELSE  -- a first attempt has none to read
        (SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.seq DESC), '[]'::jsonb)
           FROM (SELECT z.* FROM (SELECT a.* FROM todo_attempts a
                                   WHERE a.todo_id = c.id AND a.ended_at IS NOT NULL
                                     AND a.seq > c.attempts_pruned
                                  UNION ALL
                                  SELECT cl.* FROM closed cl WHERE cl.todo_id = c.id) z
-                 ORDER BY z.seq DESC LIMIT 5) p) AS prior_attempts
+                 ORDER BY z.seq DESC LIMIT 5) p) END AS prior_attempts
   FROM claimed c
  ORDER BY c.i
 
@@ -182,7 +187,7 @@ WITH i AS (
     SELECT todos.id, todos.attempts_total, todos.attempt, todos.max_attempts, i.token_hash, i.summary,
            i.summary_truncated, i.artifact, nullif(i.result, 'null'::jsonb) AS result, i.retry
       FROM todos JOIN i ON i.id = todos.id
-     WHERE todos.state = 'claimed' AND {{scope}} AND {{holder}}
+     WHERE todos.id = ANY(%(ids)s::text[]) AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
      ORDER BY todos.id
        FOR UPDATE OF todos
 )

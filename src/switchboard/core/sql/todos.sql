@@ -150,23 +150,25 @@ SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
 
 -- name: complete_batch
 -- complete for a list of items in one statement; a todo not held (or wrongly fenced) is left alone
--- and missing from the rows returned, which the caller classifies per id.
+-- and missing from the rows returned, which the caller classifies per id. Each CTE passes on what the
+-- next needs (RETURNING may name the FROM items), so no step joins back to `t` or `a` by scanning it;
+-- `= ANY(%(ids)s)` keys the attempt lookup to the primary key (without it PostgreSQL may walk every
+-- open attempt of the installation and compare each with every item).
 {{held_batch}}, a AS (
     UPDATE todo_attempts a
        SET ended_at = now(), outcome = 'completed', disposition = 'done',
            summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
       FROM t
-     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence_each}}
-    RETURNING a.*
-), u AS (
-    UPDATE todos x
-       SET state = 'done', result = t.result, lease_expires_at = NULL, completed_at = now(),
-           updated_at = now()
-      FROM a JOIN t ON t.id = a.todo_id
-     WHERE x.id = a.todo_id
-    RETURNING x.*
+     WHERE a.todo_id = ANY(%(ids)s::text[]) AND a.todo_id = t.id AND a.seq = t.attempts_total
+       AND a.ended_at IS NULL AND {{fence_each}}
+    RETURNING a.*, t.result AS item_result
 )
-SELECT u.*, (SELECT to_jsonb(a) FROM a WHERE a.todo_id = u.id) AS closed_attempt FROM u
+UPDATE todos x
+   SET state = 'done', result = a.item_result, lease_expires_at = NULL, completed_at = now(),
+       updated_at = now()
+  FROM a
+ WHERE x.id = a.todo_id
+RETURNING x.*, to_jsonb(a) - 'item_result' AS closed_attempt
 
 -- name: fail_batch
 -- fail for a list of items in one statement, each with its own retry choice and backoff.
@@ -177,20 +179,19 @@ SELECT u.*, (SELECT to_jsonb(a) FROM a WHERE a.todo_id = u.id) AS closed_attempt
                               THEN 'retry_scheduled' ELSE 'dead_lettered' END,
            summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
       FROM t
-     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence_each}}
-    RETURNING a.*
-), u AS (
-    UPDATE todos x
-       SET state = 'failed', result = t.result, lease_expires_at = NULL, updated_at = now(),
-           next_retry_at = CASE WHEN a.disposition = 'retry_scheduled'
-               THEN now() + make_interval(secs => least(%(backoff_base)s * power(2, greatest(x.attempt, 1) - 1),
-                                                        %(backoff_max)s))
-               END
-      FROM a JOIN t ON t.id = a.todo_id
-     WHERE x.id = a.todo_id
-    RETURNING x.*
+     WHERE a.todo_id = ANY(%(ids)s::text[]) AND a.todo_id = t.id AND a.seq = t.attempts_total
+       AND a.ended_at IS NULL AND {{fence_each}}
+    RETURNING a.*, t.result AS item_result
 )
-SELECT u.*, (SELECT to_jsonb(a) FROM a WHERE a.todo_id = u.id) AS closed_attempt FROM u
+UPDATE todos x
+   SET state = 'failed', result = a.item_result, lease_expires_at = NULL, updated_at = now(),
+       next_retry_at = CASE WHEN a.disposition = 'retry_scheduled'
+           THEN now() + make_interval(secs => least(%(backoff_base)s * power(2, greatest(x.attempt, 1) - 1),
+                                                    %(backoff_max)s))
+           END
+  FROM a
+ WHERE x.id = a.todo_id
+RETURNING x.*, to_jsonb(a) - 'item_result' AS closed_attempt
 
 -- name: release
 {{held}}, a AS (
