@@ -10,6 +10,12 @@ in the same run, interleaved in rounds so that noise on the shared machine hits 
                (separates the cost of the Python path from the cost of the SQL)
   bare         one minimal claim CTE (writing the attempt row) + one complete statement, raw psycopg
 
+With --batch N two more variants join the same rotation (issue 17, batched claims):
+
+  batch        `todos.claim_next_batch(max_todos=N)` + one `todos.complete_batch` of what it claimed,
+               attempt writes included (one attempt opened and closed per todo); a cycle is one todo
+  batch-no-attempts  the same Python path with the batch statements minus the attempt CTEs (REQ-18)
+
 Each measurement also records the CPU time per cycle of this Python process and of the embedded
 PostgreSQL (from /proc), which other people's load on a shared machine moves much less than the
 rates do.
@@ -27,6 +33,7 @@ SWITCHBOARD_DATABASE_URL (its own databases are created there and dropped afterw
 
     make bench                     # full run, about 6-8 minutes on 2 cores
     .venv/bin/python bench/store_bench.py --quick      # about 1 minute, 100,000 as the big backlog
+    .venv/bin/python bench/store_bench.py --batch 100 --workers 4,16 --skip-latency   # batched vs per-claim
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from psycopg.rows import dict_row
 from switchboard.config import load_settings
 from switchboard.core import endpoints, humans, todos
 from switchboard.core.models import Core, EndpointCaller
-from switchboard.core.queries import FRAGMENTS_FILE, Q, _read, parse
+from switchboard.core.queries import FRAGMENTS_FILE, Q, _read, parse, splice
 from switchboard.db import migrate
 from switchboard.db.pool import open_pool
 
@@ -157,15 +164,41 @@ SELECT id, 1, 1, 'endpoint', %(owner)s, claimed_at, claimed_at, claimed_at, 'com
 """
 
 
+# The batched statements minus the attempt CTEs: the same candidate search and locks, the todos
+# updates alone (no attempt opened, closed or pruned, no prior_attempts read).
+NO_ATTEMPTS_BATCH_CLAIM_TAIL = """
+, claimed AS (
+    UPDATE todos x
+       SET state = 'claimed', owner = %(owner)s,
+           lease_expires_at = now() + make_interval(secs => %(ttl)s),
+           attempt = x.attempt + 1, claimed_at = now(), next_retry_at = NULL, updated_at = now()
+      FROM t
+     WHERE x.id = t.id
+    RETURNING x.*, t.prior_state, t.i
+)
+SELECT c.*, c.attempt AS attempt_seq, NULL::jsonb AS closed_attempt, '[]'::jsonb AS prior_attempts
+  FROM claimed c
+ ORDER BY c.i
+"""
+
+NO_ATTEMPTS_COMPLETE_BATCH = """
+{{held_batch}}, u AS (
+    UPDATE todos x
+       SET state = 'done', result = t.result, completed_at = now(), updated_at = now()
+      FROM t
+     WHERE x.id = t.id
+    RETURNING x.*
+)
+SELECT u.*, NULL::jsonb AS closed_attempt FROM u
+"""
+
+
 def _fragments() -> dict[str, str]:
     return parse(_read(FRAGMENTS_FILE), FRAGMENTS_FILE)
 
 
 def _splice(sql: str) -> str:
-    frags = _fragments()
-    for name, text in frags.items():
-        sql = sql.replace("{{" + name + "}}", text)
-    return sql
+    return splice(sql, _fragments(), "bench")  # fragments may splice fragments
 
 
 def no_attempts_statements() -> dict[str, str]:
@@ -175,6 +208,12 @@ def no_attempts_statements() -> dict[str, str]:
         if _CLAIM_TAIL_MARKER not in core_claim:
             raise SystemExit(f"bench: the core's {name} no longer ends in the claim tail; update the bench")
         out[name] = core_claim.split(_CLAIM_TAIL_MARKER, 1)[0] + NO_ATTEMPTS_CLAIM_TAIL
+    for name in ("claim_next_batch", "claim_next_batch_one"):
+        core_claim = getattr(Q.todos, name)
+        if _CLAIM_TAIL_MARKER not in core_claim:
+            raise SystemExit(f"bench: the core's {name} no longer ends in the claim tail; update the bench")
+        out[name] = core_claim.split(_CLAIM_TAIL_MARKER, 1)[0] + NO_ATTEMPTS_BATCH_CLAIM_TAIL
+    out["complete_batch"] = splice(NO_ATTEMPTS_COMPLETE_BATCH, _fragments(), "bench: complete_batch")
     return out
 
 
@@ -384,6 +423,21 @@ async def core_worker(tenant: Tenant, deadline: float) -> tuple[int, bool]:
     return n, False
 
 
+async def batch_worker(tenant: Tenant, size: int, deadline: float) -> tuple[int, bool]:
+    """One batched claim of up to `size` todos, then one batched complete of all of them."""
+    core, caller = tenant.core, tenant.caller
+    n = 0
+    while time.perf_counter() < deadline:
+        got = await todos.claim_next_batch(core, caller, max_todos=size, lease_ttl_seconds=LEASE_TTL)
+        if not got:
+            return n, True
+        out = await todos.complete_batch(core, caller, [{"id": g.todo["id"]} for g in got])
+        if not all(o["ok"] for o in out):
+            raise SystemExit(f"bench: a batched complete was refused: {out}")
+        n += len(got)
+    return n, False
+
+
 async def core_sql_worker(tenant: Tenant, conn: psycopg.AsyncConnection, deadline: float) -> tuple[int, bool]:
     caller = tenant.caller
     scope = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "owner": caller.owner}
@@ -424,7 +478,7 @@ class Variant:
     run: Callable[[int, float], Awaitable[tuple[int, bool]]] = field(repr=False)
 
 
-def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection]) -> list[Variant]:
+def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection], batch: int = 0) -> list[Variant]:
     overlay = _Overlay("todos", no_attempts_statements())
 
     async def gather(workers: list[Awaitable[tuple[int, bool]]]) -> tuple[int, bool]:
@@ -444,8 +498,18 @@ def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection]) -> l
     async def bare_run(w: int, deadline: float):
         return await gather([bare_worker(tenant, raw_conns[i], deadline) for i in range(w)])
 
-    return [Variant("core", core_run), Variant("no-attempts", no_attempts_run),
-            Variant("core-sql", core_sql_run), Variant("bare", bare_run)]
+    async def batch_run(w: int, deadline: float):
+        return await gather([batch_worker(tenant, batch, deadline) for _ in range(w)])
+
+    async def batch_no_attempts_run(w: int, deadline: float):
+        with statements_swapped(overlay):
+            return await gather([batch_worker(tenant, batch, deadline) for _ in range(w)])
+
+    out = [Variant("core", core_run), Variant("no-attempts", no_attempts_run),
+           Variant("core-sql", core_sql_run), Variant("bare", bare_run)]
+    if batch:
+        out += [Variant("batch", batch_run), Variant("batch-no-attempts", batch_no_attempts_run)]
+    return out
 
 
 SERVER_CPU = ServerCpu(None)
@@ -574,6 +638,10 @@ def fmt_table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line(header), sep] + [line(r) for r in rows])
 
 
+class _SkipLatency(Exception):
+    """--skip-latency: leave the latency part out (the batch comparison needs only throughput)."""
+
+
 def paired_ratio(a: list[float], b: list[float]) -> float:
     return statistics.median(x / y for x, y in zip(a, b))
 
@@ -603,13 +671,16 @@ async def main(args: argparse.Namespace) -> int:
             await tp.analyze()
             for _ in range(max(worker_counts)):
                 raw_conns.append(await psycopg.AsyncConnection.connect(tp.uri, autocommit=True))
-            variants = make_variants(tp, raw_conns)
+            variants = make_variants(tp, raw_conns, args.batch)
             log(f"throughput: {args.rounds} rounds x {len(worker_counts)} worker counts x {len(variants)} variants"
                 f" x {args.seconds:g} s")
             tput = await throughput(tp, variants, worker_counts=worker_counts, rounds=args.rounds,
                                     seconds=args.seconds, backlog=args.backlog, log=log)
 
             # ---- latency
+            lat = plan_big = generic_big = big_load_s = None
+            if args.skip_latency:
+                raise _SkipLatency
             small = await open_tenant(await dbs.create("small"), pool_max=4)
             big = await open_tenant(await dbs.create("big"), pool_max=4)
             tenants += [small, big]
@@ -626,6 +697,8 @@ async def main(args: argparse.Namespace) -> int:
                                       log=log)
             plan_big = await explain_claim(big)
             generic_big = await generic_plan(big)
+        except _SkipLatency:
+            pass
         finally:
             for c in raw_conns:
                 await c.close()
@@ -655,10 +728,28 @@ async def main(args: argparse.Namespace) -> int:
             return f"{py:.0f} + ?"
         return f"{py:.0f} + {statistics.median(x[1] for x in xs):.0f}"
 
-    names = ("core", "no-attempts", "core-sql", "bare")
+    names = tuple(tput["rounds"])
     cpu_table = fmt_table([[str(w)] + [cpu_cell(v, w) for v in names] for w in worker_counts],
                           ["workers"] + list(names))
 
+    batch_lines: list[str] = []
+    r = tput["rounds"]
+    if args.batch:
+        brows = []
+        for w in worker_counts:
+            brows.append([str(w)] + [f"{med[v][w]:.0f}" for v in ("core", "batch", "batch-no-attempts")] + [
+                f"{paired_ratio(r['batch'][w], r['core'][w]):.2f}",
+                f"{paired_ratio(r['batch'][w], r['batch-no-attempts'][w]):.2f}"])
+        batch_lines = [
+            "",
+            f"batched: claim_next_batch(max_todos={args.batch}) + complete_batch, todos/s (same rounds; a cycle"
+            " is one todo claimed and completed, its attempt opened and closed)",
+            fmt_table(brows, ["workers", "core (per claim)", "batch", "batch-no-attempts", "batch/core",
+                              "batch/no-att"]),
+        ]
+    if lat is None:
+        return _report_without_latency(args, tput, tput_table, cpu_table, batch_lines, worker_counts, started,
+                                       total_s, info, facts, server_how, load_start, load_end)
     s, b = lat["samples"]["small"], lat["samples"]["big"]
     lat_rows = [[f"{args.small:,}", f"{pct(s, 50) * 1000:.2f}", f"{pct(s, 99) * 1000:.2f}", str(len(s))],
                 [f"{args.big:,}", f"{pct(b, 50) * 1000:.2f}", f"{pct(b, 99) * 1000:.2f}", str(len(b))]]
@@ -703,6 +794,7 @@ async def main(args: argparse.Namespace) -> int:
         f"claim_next + complete cycles/s (median of {args.rounds} rounds of {args.seconds:g} s; ratios are the"
         " median of per-round ratios)",
         tput_table,
+        *batch_lines,
         "",
         "CPU per cycle, microseconds: this Python process + PostgreSQL (median of the rounds)",
         cpu_table,
@@ -739,13 +831,61 @@ async def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_without_latency(args, tput, tput_table, cpu_table, batch_lines, worker_counts, started, total_s,
+                            info, facts, server_how, load_start, load_end) -> int:
+    r = tput["rounds"]
+    targets = []
+    for w in worker_counts:
+        targets.append((f"core >= 0.90 x no-attempts at {w} workers (REQ-18)",
+                        paired_ratio(r["core"][w], r["no-attempts"][w]), 0.90))
+        if args.batch:
+            targets.append((f"batch >= 0.90 x batch-no-attempts at {w} workers (REQ-18)",
+                            paired_ratio(r["batch"][w], r["batch-no-attempts"][w]), 0.90))
+    machine = (f"{info['nproc']} CPUs ({info['cpu']}), {info['ram_gib']} GiB RAM, PostgreSQL "
+               f"{facts['server_version']} ({server_how}; shared_buffers {facts['shared_buffers']}, "
+               f"synchronous_commit {facts['synchronous_commit']}, fsync {facts['fsync']}), Python "
+               f"{info['python']}, psycopg {info['psycopg']}, event loop {args.loop}")
+    loads = tput["loadavg_1m"]
+    out = "\n".join([
+        f"Store benchmark, {started}, throughput only (--skip-latency), {total_s:.0f} s",
+        f"machine: {machine}",
+        f"load average (1 min): {load_start[0]:.2f} at start, {min(loads):.2f}-{max(loads):.2f} during,"
+        f" {load_end[0]:.2f} at end",
+        "",
+        f"claim_next + complete cycles/s (median of {args.rounds} rounds of {args.seconds:g} s; ratios are the"
+        " median of per-round ratios)",
+        tput_table,
+        *batch_lines,
+        "",
+        "CPU per cycle (per todo), microseconds: this Python process + PostgreSQL (median of the rounds)",
+        cpu_table,
+        "",
+        "targets:",
+        *(f"- {n}: {v:.2f} -> {'met' if v >= lim else 'MISSED'}" for n, v, lim in targets),
+    ])
+    print(out)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "started": started, "seconds_total": total_s, "machine": info, "postgres": facts,
+            "server": server_how, "loop": args.loop, "batch": args.batch,
+            "throughput": {v: {str(w): xs for w, xs in by_w.items()} for v, by_w in r.items()},
+            "cpu_us_python_postgres": {v: {str(w): xs for w, xs in by_w.items()} for v, by_w in tput["cpu_us"].items()},
+        }, indent=2, default=str))
+    return 0
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a short run: 2 rounds, 1.5 s, big backlog 100,000")
     p.add_argument("--workers", default="1,4,16", help="worker counts, comma separated (default 1,4,16)")
     p.add_argument("--rounds", type=int, help="throughput rounds (default 5, quick 2)")
     p.add_argument("--seconds", type=float, help="seconds per measurement (default 4, quick 1.5)")
-    p.add_argument("--backlog", type=int, default=30_000, help="pending todos kept for the throughput loops")
+    p.add_argument("--backlog", type=int, help="pending todos kept for the throughput loops (default 30,000;"
+                                                " 300,000 with --batch)")
+    p.add_argument("--batch", type=int, default=0, metavar="N",
+                   help="also measure claim_next_batch(max_todos=N) + complete_batch, with and without attempt"
+                        " writes (1-100)")
+    p.add_argument("--skip-latency", action="store_true", help="measure throughput only")
     p.add_argument("--history", type=int, default=20_000,
                    help="done todos with one attempt each, loaded into every database first (default 20,000)")
     p.add_argument("--small", type=int, default=1_000, help="small latency backlog (default 1,000)")
@@ -764,6 +904,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.big = args.big or (100_000 if quick else 1_000_000)
     args.latency_rounds = args.latency_rounds or (2 if quick else 6)
     args.latency_samples = args.latency_samples or (100 if quick else 250)
+    args.backlog = args.backlog or (300_000 if args.batch else 30_000)
+    if args.batch and not 1 <= args.batch <= 100:
+        p.error("--batch must be from 1 to 100")
     return args
 
 
