@@ -165,7 +165,11 @@ def report(args: argparse.Namespace, m: dict, command: str) -> str:
         f"Jobs/s of no-op jobs, drained by W workers; each figure the median of {args.rounds} interleaved"
         f" round{'s' if args.rounds > 1 else ''} of {args.jobs:,} jobs, each measurement on a fresh database"
         " of one server, start-up excluded, every job verified done exactly once, and for raw SQL and"
-        " Switchboard every attempt row closed. How each system is started and driven: bench/peers/.",
+        " Switchboard every attempt row closed. How each system is started and driven: bench/peers/."
+        " `make bench-peers` installs the peers (the `[bench]` extras) and runs it;"
+        " `bench/peers_bench.py --quick` (1,000 jobs, 1 round) is for development, `--write-doc FILE`"
+        " rewrites this section from a run. PostgreSQL CPU per job is the server's CPU time (from /proc)"
+        " over the jobs drained, which other load moves less than the rates.",
         "",
         f"Command: `{command}` ({m['started']}, {m['seconds'] / 60:.1f} min).",
         f"Machine: {machine}.",
