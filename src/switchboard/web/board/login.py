@@ -109,8 +109,12 @@ async def check_password(board: Board, account: str, password: str, address: str
         throttle.forgive(account, address)
         log.warning("sign-in ceiling reached", extra={"reason": "busy", "client": address})
         return None, (busy, f"Too many sign-ins on this server right now. Try again in {busy} seconds.")
-    async with throttle.verifying():
-        human = await humans.verify_password(board.core, account, password)
+    try:
+        async with throttle.verifying():
+            human = await humans.verify_password(board.core, account, password)
+    except Exception:  # the database failed, not the guess: it does not count
+        throttle.forgive(account, address)
+        raise
     if human is not None:
         throttle.succeeded(account, address)
     else:
