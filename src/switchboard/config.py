@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     dev_login: bool = False
     rate_limit_rps: float = Field(20.0, gt=0)
     rate_limit_burst: int = Field(40, ge=1)
+    api_rate_limit_per_minute: int = Field(600, ge=1)  # human API requests a token may make (web/api)
+    api_rate_limit_burst: int = Field(60, ge=1)  # and how many at once, saved up
     mcp_auth_cache_seconds: float = Field(2.0, ge=0, le=300)  # credential lookups reused this long
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "text"] = "auto"  # auto: text on a terminal, JSON otherwise

@@ -1,0 +1,338 @@
+"""The human API's bodies as pydantic models: the handlers validate requests with them, and the
+OpenAPI document (`openapi.py`) is generated from them, so the two cannot drift.
+
+Request models forbid unknown fields and validate strictly (a string is not a number, a number is not
+a boolean), as the core does; the core's own checks (`core/inputs.py`) still run behind them, so a
+limit the schema cannot say (control characters, UTF-8 byte counts) is refused with the same
+`invalid` error naming the field. Response models describe what the core's shapes (`core/shapes.py`
+and friends) return; those shapes are the CLI's `--json` output too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
+
+from ...core import actions, api_tokens, hooks, inputs
+from ...core.models import VERBS
+from ...core.states import TODO_STATES
+
+Json = Any  # any JSON value
+
+TodoState = Literal[tuple(TODO_STATES)]  # type: ignore[valid-type]
+Scope = Literal["read", "write"]
+HookEvent = Literal[tuple(hooks.EVENTS)]  # type: ignore[valid-type]
+Verb = Literal[tuple(VERBS)]  # type: ignore[valid-type]
+QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,%d}$" % (inputs.QUEUE_MAX_CHARS - 1)
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Query(BaseModel):
+    """Query parameters arrive as text: validated laxly (`limit=10`, `dead_letter=true`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Reply(BaseModel):
+    pass
+
+
+# --------------------------------------------------------------------------------------- errors
+
+class ErrorDetail(Reply):
+    code: str = Field(description="invalid, unauthorized, forbidden, not_found, conflict, too_large, "
+                                  "rate_limited, unavailable or internal.")
+    message: str
+    argument: Optional[str] = Field(None, description="The field, parameter or header that was wrong.")
+
+
+class ErrorReply(Reply):
+    error: ErrorDetail
+
+
+# ------------------------------------------------------------------------------------------ todos
+
+class Attempt(Reply):
+    seq: int
+    attempt: int
+    claimer_kind: str
+    claimant: Optional[str]
+    claimed_at: Optional[str]
+    last_heartbeat_at: Optional[str]
+    ended_at: Optional[str]
+    outcome: Optional[str]
+    disposition: Optional[str]
+    died: bool
+    summary: Optional[str]
+    summary_truncated: bool
+    artifact: Optional[str]
+    lease_expires_at: Optional[str] = None
+    owner_extended_at: Optional[str] = None
+
+
+class Todo(Reply):
+    """A todo: the compact row of lists and actions; `GET /todos/{id}` adds the payload, result,
+    input and every attempt (newest first)."""
+
+    id: str
+    queue: str
+    title: str
+    state: TodoState
+    source: Optional[str] = None
+    kind: Optional[str] = None
+    owner: Optional[str] = None
+    assignee: Optional[str] = None
+    attempt: int
+    max_attempts: int
+    lease_expires_at: Optional[str] = None
+    next_retry_at: Optional[str] = None
+    dead_letter: bool
+    created_at: Optional[str] = None
+    payload_size: Optional[int] = None
+    endpoint: Optional[str] = Field(None, description="The endpoint's slug.")
+    updated_at: Optional[str] = None
+    payload: Json = None
+    input_request: Json = None
+    input: Json = None
+    result: Json = None
+    attempts: Optional[list[Attempt]] = None
+    attempts_total: Optional[int] = None
+    attempts_pruned: Optional[int] = None
+    claimed_at: Optional[str] = None
+    completed_at: Optional[str] = None
+
+
+class TodoReply(Reply):
+    todo: Todo
+
+
+class PushReply(Reply):
+    todo: Todo
+    created: bool = Field(description="false: a live todo already had this key, and it is returned.")
+
+
+class TodoList(Reply):
+    todos: list[Todo]
+    next_offset: Optional[int] = Field(description="The `offset` of the next page; null on the last page.")
+
+
+class PushRequest(Request):
+    title: str = Field(max_length=inputs.TITLE_MAX_CHARS)
+    queue: Optional[str] = Field(None, description="Required when the endpoint has several queues.")
+    payload: Json = Field(None, description=f"Any JSON value, at most {inputs.PAYLOAD_MAX_BYTES} bytes.")
+    kind: Optional[str] = Field(None, max_length=inputs.KIND_MAX_CHARS)
+    key: Optional[str] = Field(None, max_length=inputs.KEY_MAX_CHARS,
+                               description="Idempotency key: a live todo with this key is returned instead. "
+                                           "The `Idempotency-Key` header says the same.")
+    max_attempts: Optional[int] = Field(None, ge=inputs.MAX_ATTEMPTS_MIN, le=inputs.MAX_ATTEMPTS_MAX)
+    assignee: Optional[str] = Field(None, max_length=inputs.ASSIGNEE_MAX_CHARS,
+                                    description="Only this owner may claim it.")
+
+
+class TodoListQuery(Query):
+    state: Optional[TodoState] = None
+    queue: Optional[str] = None
+    dead_letter: bool = Field(False, description="Only dead letters.")
+    limit: Optional[int] = Field(None, description=f"Rows per page (default {inputs.LIST_LIMIT_DEFAULT}, "
+                                                   f"at most {inputs.OWNER_LIST_LIMIT_MAX}).")
+    offset: Optional[int] = Field(None, ge=0, le=inputs.OFFSET_MAX, description="Rows to skip (paging).")
+
+
+class AllTodosQuery(TodoListQuery):
+    endpoint: Optional[str] = Field(None, description="Only this endpoint's todos (its slug).")
+
+
+class TodoShowQuery(Query):
+    attempts_limit: Optional[int] = Field(None, description="At most this many attempts (default: every one).")
+
+
+_KIND = {"text": Optional[str], "json": Json, "integer": Optional[int], "boolean": Optional[bool]}
+
+
+def _action_model(action: actions.OwnerAction) -> type[Request]:
+    fields: dict[str, Any] = {}
+    for f in action.fields:
+        default = ... if f.required else None
+        fields[f.name] = (_KIND[f.kind], Field(default, description=f.help))
+    name = "".join(p.capitalize() for p in action.name.split("_")) + "Request"
+    return create_model(name, __base__=Request, __doc__=action.help, **fields)
+
+
+ACTION_MODELS: dict[str, type[Request]] = {name: _action_model(a) for name, a in actions.ACTIONS.items()}
+
+
+# -------------------------------------------------------------------------------------- endpoints
+
+class Endpoint(Reply):
+    endpoint_id: str
+    slug: str
+    agent: str
+    queues: list[str]
+    verbs: list[str]
+    state: str
+    credential_prefix: str
+    default_lease_ttl_seconds: Optional[int]
+    created_at: str
+    revoked_at: Optional[str]
+    expires_at: Optional[str]
+    last_used_at: Optional[str]
+    mcp_url: str
+
+
+class EndpointList(Reply):
+    endpoints: list[Endpoint]
+
+
+class EndpointReply(Reply):
+    endpoint: Endpoint
+
+
+class RevokedEndpoint(Endpoint):
+    dead_lettered: int = Field(description="Live todos that became dead letters.")
+
+
+class VendRequest(Request):
+    agent: str = Field(min_length=1, max_length=64, description="The agent's name (created if new).")
+    queues: Optional[list[str]] = Field(None, description="Granted queues (default: inbox).")
+    verbs: Optional[list[Verb]] = Field(None, description="Granted verbs (default: the drain family).")
+    lease_ttl: Optional[int] = Field(None, ge=60, le=86400, description="Default lease in seconds.")
+    expires_in_seconds: Optional[int] = Field(
+        None, ge=api_tokens.EXPIRES_MIN_SECONDS, le=api_tokens.EXPIRES_MAX_SECONDS,
+        description="The endpoint is revoked (with its live todos) this long from now; default never.")
+
+
+class Vended(Reply):
+    """The CLI's `endpoint vend --json`: the credential is shown here once and never again."""
+
+    endpoint_id: str
+    slug: str
+    agent: str
+    queues: list[str]
+    verbs: list[str]
+    mcp_url: str
+    credential: str
+    expires_at: Optional[str]
+
+
+# ------------------------------------------------------------------------------------------ hooks
+
+class Hook(Reply):
+    hook_id: str
+    endpoint: str
+    url: str
+    events: list[str]
+    enabled: bool
+    created_at: Optional[str]
+    last_attempt_at: Optional[str]
+    last_status: Optional[str]
+    last_error: Optional[str]
+    consecutive_failures: int
+    disabled_reason: Optional[str]
+
+
+class HookRequest(Request):
+    url: str = Field(max_length=hooks.URL_MAX_BYTES, description="The https target.")
+    events: Optional[list[HookEvent]] = Field(None, description="Default: every event.")
+
+
+class HookCreated(Reply):
+    hook: Hook
+    signing_secret: str = Field(description="Shown once: verify the webhook-signature header with it.")
+
+
+class HookList(Reply):
+    hooks: list[Hook]
+
+
+class HookRemoved(Reply):
+    removed: Hook
+
+
+class HookReply(Reply):
+    hook: Hook
+
+
+class Delivery(Reply):
+    delivery_id: int
+    message_id: str
+    hook_id: str
+    endpoint: str
+    url: str
+    event: str
+    todo_id: Optional[str]
+    state: str
+    attempts: int
+    created_at: Optional[str]
+    next_attempt_at: Optional[str]
+    finished_at: Optional[str]
+    last_attempt_at: Optional[str]
+    last_status_code: Optional[int]
+    last_result: Optional[str]
+    last_error: Optional[str]
+    last_duration_ms: Optional[int]
+
+
+class DeliveryList(Reply):
+    deliveries: list[Delivery]
+
+
+class DeliveriesQuery(Query):
+    limit: int = Field(20, description="At most this many (1-500).")
+
+
+# --------------------------------------------------------------------------------------- settings
+
+class SettingsMap(RootModel[dict[str, int]]):
+    """Setting name to value (the CLI's `settings get --json`)."""
+
+
+class SettingRequest(Request):
+    value: int
+
+
+# ----------------------------------------------------------------------------------------- tokens
+
+class Token(Reply):
+    id: str
+    prefix: str
+    scope: Scope
+    created_at: str
+    expires_at: Optional[str]
+    revoked_at: Optional[str]
+
+
+class TokenRequest(Request):
+    scope: Scope = Field("write", description="read: GET routes only. write: everything you may do.")
+    expires_in_seconds: Optional[int] = Field(
+        None, ge=api_tokens.EXPIRES_MIN_SECONDS, le=api_tokens.EXPIRES_MAX_SECONDS,
+        description="The token stops working this long from now; default never.")
+
+
+class TokenCreated(Reply):
+    """The CLI's `token create --json`, with the scope and expiry: the token is shown once."""
+
+    token: str
+    id: str
+    prefix: str
+    user: str
+    scope: Scope
+    expires_at: Optional[str]
+
+
+class TokenList(Reply):
+    tokens: list[Token]
+
+
+class TokenRevoked(Reply):
+    token: Token
+    revoked: bool = Field(description="false: it was revoked already.")
+
+
+class Me(Reply):
+    user: str
+    admin: bool
+    token: Token

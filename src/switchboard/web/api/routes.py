@@ -1,0 +1,325 @@
+"""The human API's operations, one table (`OPERATIONS`): method, path, models, scope and handler.
+
+The Starlette routes and the OpenAPI document (`openapi.py`) are both built from this table; each
+handler gets its body and query already validated by the operation's models and calls the same core
+function the CLI command of the same name calls, answering the CLI's `--json` shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Awaitable, Callable
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ...core import actions, api_tokens, endpoints, hooks, inputs, producer, settings_store, todos
+from ...core.api_tokens import TokenCaller
+from ...core.errors import Invalid
+from . import models as m
+from .kit import ApiError, handle, json_reply, parse_body, parse_query, read_raw
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+@dataclass
+class Call:
+    """One admitted request: the caller, the validated body and query, the path parameters."""
+
+    request: Request
+    caller: TokenCaller
+    body: BaseModel | None
+    query: BaseModel | None
+
+    @property
+    def core(self):  # noqa: ANN201
+        return self.request.app.state.ctx.core
+
+    @property
+    def human(self):  # noqa: ANN201
+        return self.caller.human
+
+    def path(self, name: str) -> str:
+        return self.request.path_params[name]
+
+    def fields(self) -> dict[str, Any]:
+        """The body fields the caller sent (an absent field stays absent, as on the CLI)."""
+        if self.body is None:
+            return {}
+        return {name: getattr(self.body, name) for name in self.body.model_fields_set}
+
+
+Run = Callable[[Call], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    name: str          # the operationId
+    tag: str
+    summary: str
+    run: Run
+    reply: type[BaseModel]
+    status: int = 200
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    admin: bool = False
+    description: str = ""
+    headers: tuple[tuple[str, str], ...] = field(default=())  # (request header, description)
+    also: tuple[int, ...] = ()  # other success statuses, answering the same reply
+
+    @property
+    def write(self) -> bool:
+        return self.method not in ("GET", "HEAD")
+
+
+def endpoint_for(op: Operation) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        async def work(caller: TokenCaller) -> Response:
+            query = parse_query(request, op.query) if op.query else None
+            body = parse_body(await read_raw(request), op.body) if op.body else None
+            return await op.run(Call(request, caller, body, query))
+
+        return await handle(request, work, write=op.write, admin=op.admin)
+
+    endpoint.__name__ = op.name
+    return endpoint
+
+
+def _mcp_url(call: Call, slug: str) -> str:
+    return f"{call.request.app.state.ctx.settings.public_base_url}/mcp/{slug}"
+
+
+def _with_url(call: Call, ep: dict) -> dict:
+    return dict(ep, mcp_url=_mcp_url(call, ep["slug"]))
+
+
+# -------------------------------------------------------------------------------------- endpoints
+
+async def vend(call: Call) -> Response:
+    f = call.fields()
+    seconds = f.get("expires_in_seconds")
+    expires_at = datetime.now(timezone.utc) + timedelta(seconds=seconds) if seconds else None
+    ep, credential = await endpoints.vend(call.core, call.human, agent=f.get("agent"), queues=f.get("queues"),
+                                          verbs=f.get("verbs"), lease_ttl=f.get("lease_ttl"),
+                                          expires_at=expires_at)
+    out = {"endpoint_id": ep["endpoint_id"], "slug": ep["slug"], "agent": ep["agent"], "queues": ep["queues"],
+           "verbs": ep["verbs"], "mcp_url": _mcp_url(call, ep["slug"]), "credential": credential,
+           "expires_at": ep["expires_at"]}
+    return json_reply(out, 201, secret=True)
+
+
+async def list_endpoints(call: Call) -> Response:
+    rows = await endpoints.list_for_human(call.core, call.human)
+    return json_reply({"endpoints": [_with_url(call, e) for e in rows]})
+
+
+async def show_endpoint(call: Call) -> Response:
+    row = await endpoints.get_for_human(call.core, call.human, call.path("slug"))
+    return json_reply({"endpoint": _with_url(call, endpoints.public(row))})
+
+
+async def revoke_endpoint(call: Call) -> Response:
+    out = await endpoints.revoke(call.core, call.human, call.path("slug"))
+    return json_reply(_with_url(call, out))
+
+
+# ------------------------------------------------------------------------------------------ todos
+
+async def push_todo(call: Call) -> Response:
+    f = call.fields()
+    header = call.request.headers.get(IDEMPOTENCY_HEADER)
+    if header is not None:
+        key = inputs.text(header, IDEMPOTENCY_HEADER, max_chars=inputs.KEY_MAX_CHARS, required=True)
+        if f.get("key") is not None and f["key"] != key:
+            raise Invalid(f"the body's key and the {IDEMPOTENCY_HEADER} header differ; send one of them",
+                          argument=IDEMPOTENCY_HEADER)
+        f["key"] = key
+    todo, created = await producer.push(call.core, call.human, call.path("slug"), source="api", **f)
+    return json_reply({"todo": todo, "created": created}, 201 if created else 200)
+
+
+async def _list(call: Call, slug: str | None) -> Response:
+    q = call.query
+    assert q is not None
+    if slug is not None:
+        await endpoints.get_for_human(call.core, call.human, slug)  # another human's slug is not_found
+    limit = inputs.count(q.limit, "limit", default=inputs.LIST_LIMIT_DEFAULT, low=1, high=inputs.OWNER_LIST_LIMIT_MAX)
+    offset = q.offset or 0
+    rows = await todos.list_for_human(call.core, call.human, endpoint=slug, queue=q.queue, state=q.state,
+                                      dead_letter=q.dead_letter, limit=limit, offset=offset)
+    more = len(rows) == limit and offset + limit <= inputs.OFFSET_MAX
+    return json_reply({"todos": rows, "next_offset": offset + limit if more else None})
+
+
+async def list_endpoint_todos(call: Call) -> Response:
+    return await _list(call, call.path("slug"))
+
+
+async def list_todos(call: Call) -> Response:
+    assert isinstance(call.query, m.AllTodosQuery)
+    return await _list(call, call.query.endpoint)
+
+
+async def show_todo(call: Call) -> Response:
+    q = call.query
+    todo = await todos.get(call.core, call.human, call.path("id"),
+                           attempts_limit=q.attempts_limit if q is not None else None)
+    return json_reply({"todo": todo})
+
+
+def _act(name: str) -> Run:
+    async def run(call: Call) -> Response:
+        todo = await actions.perform(call.core, call.human, name, call.path("id"), via="api", **call.fields())
+        return json_reply({"todo": todo})
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------ hooks
+
+async def add_hook(call: Call) -> Response:
+    f = call.fields()
+    hook, secret = await hooks.add(call.core, call.human, call.path("slug"), url=f.get("url"),
+                                   events=f.get("events"))
+    return json_reply({"hook": hook, "signing_secret": secret}, 201, secret=True)
+
+
+async def list_hooks(call: Call) -> Response:
+    return json_reply({"hooks": await hooks.list_for_endpoint(call.core, call.human, call.path("slug"))})
+
+
+async def remove_hook(call: Call) -> Response:
+    return json_reply({"removed": await hooks.remove(call.core, call.human, call.path("hook_id"))})
+
+
+async def enable_hook(call: Call) -> Response:
+    return json_reply({"hook": await hooks.enable(call.core, call.human, call.path("hook_id"))})
+
+
+async def hook_deliveries(call: Call) -> Response:
+    assert isinstance(call.query, m.DeliveriesQuery)
+    rows = await hooks.deliveries(call.core, call.human, slug=call.path("slug"), limit=call.query.limit)
+    return json_reply({"deliveries": rows})
+
+
+# --------------------------------------------------------------------------------------- settings
+
+async def get_settings(call: Call) -> Response:
+    return json_reply(await settings_store.all_settings(call.core))
+
+
+async def get_setting(call: Call) -> Response:
+    key = call.path("key")
+    return json_reply({key: await settings_store.get(call.core, key)})
+
+
+async def set_setting(call: Call) -> Response:
+    key = call.path("key")
+    assert isinstance(call.body, m.SettingRequest)
+    return json_reply({key: await settings_store.set_value(call.core, key, call.body.value)})
+
+
+# ----------------------------------------------------------------------------------------- tokens
+
+async def create_token(call: Call) -> Response:
+    f = call.fields()
+    token, row = await api_tokens.create(call.core, call.human, scope_name=f.get("scope"),
+                                         expires_in_seconds=f.get("expires_in_seconds"))
+    out = {"token": token, "id": row["id"], "prefix": row["prefix"], "user": call.human.name,
+           "scope": row["scope"], "expires_at": row["expires_at"]}
+    return json_reply(out, 201, secret=True)
+
+
+async def list_tokens(call: Call) -> Response:
+    return json_reply({"tokens": await api_tokens.list_for(call.core, call.human)})
+
+
+async def revoke_token(call: Call) -> Response:
+    row, now = await api_tokens.revoke(call.core, call.human, call.path("ref"))
+    return json_reply({"token": row, "revoked": now})
+
+
+async def me(call: Call) -> Response:
+    mine = [t for t in await api_tokens.list_for(call.core, call.human) if t["id"] == call.caller.token_id]
+    if not mine:  # revoked between the check and now
+        raise ApiError(401, "unauthorized", "a valid API token is required")
+    return json_reply({"user": call.human.name, "admin": call.caller.is_admin, "token": mine[0]})
+
+
+# ------------------------------------------------------------------------------------------ table
+
+def _action_operations() -> list[Operation]:
+    return [Operation("POST", f"/api/v1/todos/{{id}}/{a.name}", f"todo_{a.name}", "todos",
+                      a.help.split(";")[0].rstrip("."), _act(a.name), m.TodoReply,
+                      body=m.ACTION_MODELS[a.name], description=a.help + " The `todo` answered is the todo after it.")
+            for a in actions.ACTIONS.values()]
+
+
+OPERATIONS: list[Operation] = [
+    Operation("GET", "/api/v1/me", "me", "tokens", "Who the token acts as", me, m.Me,
+              description="The token's human, whether they are an admin, and the token itself."),
+    # endpoints
+    Operation("POST", "/api/v1/endpoints", "endpoint_vend", "endpoints", "Vend an endpoint", vend, m.Vended,
+              status=201, body=m.VendRequest,
+              description="An MCP endpoint for one of your agents: its URL and credential, shown once "
+                          "(`switchboard endpoint vend`)."),
+    Operation("GET", "/api/v1/endpoints", "endpoint_list", "endpoints", "List your endpoints", list_endpoints,
+              m.EndpointList, description="Never a credential, only its display prefix."),
+    Operation("GET", "/api/v1/endpoints/{slug}", "endpoint_show", "endpoints", "Show an endpoint", show_endpoint,
+              m.EndpointReply),
+    Operation("POST", "/api/v1/endpoints/{slug}/revoke", "endpoint_revoke", "endpoints", "Revoke an endpoint",
+              revoke_endpoint, m.RevokedEndpoint,
+              description="Its credential stops working at once and its live todos become dead letters. "
+                          "Revoking a revoked endpoint changes nothing."),
+    # todos
+    Operation("POST", "/api/v1/endpoints/{slug}/todos", "todo_push", "todos", "Push a todo", push_todo,
+              m.PushReply, status=201, also=(200,), body=m.PushRequest,
+              headers=((IDEMPOTENCY_HEADER, "The todo's idempotency key (as the body's `key`; if both are "
+                                            "sent they must be equal)."),),
+              description="201 with `created: true`; 200 with `created: false` when a live todo already "
+                          "has this key."),
+    Operation("GET", "/api/v1/endpoints/{slug}/todos", "endpoint_todo_list", "todos", "List an endpoint's todos",
+              list_endpoint_todos, m.TodoList, query=m.TodoListQuery,
+              description="Newest first, paged by `offset` (`next_offset` in the answer)."),
+    Operation("GET", "/api/v1/todos", "todo_list", "todos", "List your todos", list_todos, m.TodoList,
+              query=m.AllTodosQuery, description="Newest first, paged by `offset` (`next_offset` in the answer)."),
+    Operation("GET", "/api/v1/todos/{id}", "todo_show", "todos", "Show a todo with its attempts", show_todo,
+              m.TodoReply, query=m.TodoShowQuery,
+              description="The owner's view: payload, result, input and every kept attempt, newest first."),
+    *_action_operations(),
+    # hooks
+    Operation("POST", "/api/v1/endpoints/{slug}/hooks", "hook_add", "hooks", "Add a notify hook", add_hook,
+              m.HookCreated, status=201, body=m.HookRequest,
+              description="A signed webhook of the endpoint's todo events; the signing secret is shown once."),
+    Operation("GET", "/api/v1/endpoints/{slug}/hooks", "hook_list", "hooks", "List an endpoint's notify hooks",
+              list_hooks, m.HookList),
+    Operation("GET", "/api/v1/endpoints/{slug}/hooks/deliveries", "hook_deliveries", "hooks",
+              "The delivery log of an endpoint's hooks", hook_deliveries, m.DeliveryList, query=m.DeliveriesQuery),
+    Operation("DELETE", "/api/v1/hooks/{hook_id}", "hook_remove", "hooks", "Remove a notify hook", remove_hook,
+              m.HookRemoved, description="With its pending notifications."),
+    # settings
+    Operation("GET", "/api/v1/settings", "settings_get_all", "settings", "Every operator setting", get_settings,
+              m.SettingsMap, admin=True),
+    Operation("GET", "/api/v1/settings/{key}", "settings_get", "settings", "One operator setting", get_setting,
+              m.SettingsMap, admin=True),
+    Operation("PUT", "/api/v1/settings/{key}", "settings_set", "settings", "Change an operator setting",
+              set_setting, m.SettingsMap, body=m.SettingRequest, admin=True),
+    # tokens
+    Operation("POST", "/api/v1/tokens", "token_create", "tokens", "Create an API token", create_token,
+              m.TokenCreated, status=201, body=m.TokenRequest,
+              description="For yourself, with a scope (`read` or `write`) and an optional expiry; shown once."),
+    Operation("GET", "/api/v1/tokens", "token_list", "tokens", "List your API tokens", list_tokens, m.TokenList,
+              description="Newest first, revoked and expired ones included; never a token, only its prefix."),
+    Operation("POST", "/api/v1/tokens/{ref}/revoke", "token_revoke", "tokens", "Revoke one of your API tokens",
+              revoke_token, m.TokenRevoked,
+              description="Named by its id or prefix; refused from the next request on, in every process."),
+]
+
+if hasattr(hooks, "enable"):
+    OPERATIONS.insert(OPERATIONS.index(next(o for o in OPERATIONS if o.name == "hook_remove")) + 1, Operation(
+        "POST", "/api/v1/hooks/{hook_id}/enable", "hook_enable", "hooks", "Enable a disabled notify hook",
+        enable_hook, m.HookReply, description="Its failure count starts again at 0."))
