@@ -226,6 +226,11 @@ async def test_a_failed_workflow_run_becomes_a_todo_and_a_green_one_does_not(cor
                        delivery=str(uuid.uuid4()))
     assert ping.status_code == 200 and ping.json() == {"status": "pong"}
     assert len(await rows(core, "SELECT id FROM todos")) == 1
+    metrics = httpx.get(server.url + "/metrics", headers={"Authorization": "Bearer " + "m" * 40}).text
+    for series in ('switchboard_intake_deliveries_total{source="github",verdict="accepted"}',
+                   'switchboard_intake_deliveries_total{source="github",verdict="quarantined"}',
+                   'switchboard_intake_deliveries_total{source="github",verdict="ping"}'):
+        assert series in metrics
 
 
 async def test_a_tampered_body_is_refused_and_nothing_is_stored(core, server, pg_uri, caplog):
@@ -338,6 +343,8 @@ async def test_a_rule_error_is_quarantined_and_replayed_after_the_fix(core, serv
     assert (todo["title"], await key_of(core, todo["id"]), todo["source"]) == ("Run 88 failed", delivery,
                                                                                "intake-github")
     assert alice.http.get(f"/intakes/{ref}/quarantine").json()["quarantine"] == []
+    counts = alice.http.get(f"/intakes/{ref}").json()["intake"]
+    assert (counts["accepted"], counts["quarantined"], counts["held"]) == (1, 1, 0)
     # GitHub redelivering it now finds the replayed todo.
     again = github_post(made["url"], body_of(workflow_run()), secret=made["secret"], event="workflow_run",
                         delivery=delivery)

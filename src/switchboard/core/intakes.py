@@ -260,6 +260,8 @@ async def replay(core: Core, human: HumanCaller, ref: Any, item: Any) -> tuple[d
         raise Conflict(f"still quarantined: {fault.reason}", argument="rules") from None
     async with core.pool.connection() as conn, conn.transaction():
         await conn.execute(Q.intakes.quarantine_delete, {"intake_id": intake["id"], "id": held["item_id"]})
+        if created:
+            await conn.execute(Q.intakes.count_replayed, {"id": intake["id"]})
         if held["delivery"]:
             await conn.execute(Q.intakes.seen_put, {"intake_id": intake["id"], "delivery": held["delivery"],
                                                     "todo_id": todo["id"]})

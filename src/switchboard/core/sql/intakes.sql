@@ -51,6 +51,10 @@ UPDATE intakes
        quarantined = quarantined + %(quarantined)s, last_delivery_at = now()
  WHERE id = %(id)s
 
+-- name: count_replayed
+-- A quarantined delivery that became a todo on replay: accepted after all, and no longer quarantined.
+UPDATE intakes SET accepted = accepted + 1 WHERE id = %(id)s
+
 -- name: seen_get
 SELECT todo_id FROM intake_seen WHERE intake_id = %(intake_id)s AND delivery = %(delivery)s
 
