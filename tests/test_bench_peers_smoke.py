@@ -58,7 +58,8 @@ def test_built_in_systems_run_verified_and_land_in_the_doc_section(bench_server,
     assert text.startswith("# Benchmarks\n\nEarlier figures.\n\n## Peers\n")
     assert text.count("## Peers") == 1 and "old figures" not in text
     assert text.rstrip().endswith("## Later\n\nkept")
-    assert "Command: `python bench/peers_bench.py --quick --jobs 200" in text and "--write-doc" not in text
+    (command,) = [ln for ln in text.splitlines() if ln.startswith("Command: ")]
+    assert command.startswith("Command: `python bench/peers_bench.py --quick --jobs 200") and "--write-doc" not in command
 
 
 class TwoAtATime(SwitchboardCore):
@@ -128,3 +129,31 @@ def test_bad_arguments_are_refused(capsys):
     with pytest.raises(SystemExit):
         peers_bench.main(["--systems", "no-such-system"])
     assert "unknown system no-such-system" in capsys.readouterr().err
+
+
+class FirstSetupErrors(RawPerJob):
+    """Its first setup errors (as a server that does not start would): the measurement is tried again."""
+
+    key = "raw-first-setup-errors"
+    label = "raw SQL after one failed start"
+    setups = 0
+
+    async def setup(self, db) -> None:
+        type(self).setups += 1
+        if type(self).setups == 1:
+            raise RuntimeError("the server did not start")
+        await super().setup(db)
+
+
+def test_a_measurement_that_errors_is_tried_again(bench_server, tmp_path, monkeypatch):
+    from peers import harness
+
+    monkeypatch.setattr(harness, "RETRY_PAUSE_S", 0.0)
+    key = registry.register(FirstSetupErrors)
+    try:
+        code, got, _ = run_bench(tmp_path, key)
+    finally:
+        registry.SYSTEMS.pop(key)
+    assert code == 0 and got["failed"] == {}
+    assert FirstSetupErrors.setups == 2
+    assert got["samples"][key]["1"][0]["rate"] > 0

@@ -28,6 +28,8 @@ from typing import Callable, Protocol
 import psycopg
 
 QUEUE = "bench"
+RETRIES = 3  # tries of a measurement that errors (not one that fails verification)
+RETRY_PAUSE_S = 20.0
 
 
 class VerifyError(AssertionError):
@@ -179,6 +181,24 @@ async def measure_once(make: Callable[[], System], dbs: Databases, *, n: int, w:
                   py_us=(py1 - py0) / n * 1e6)
 
 
+async def measure_with_retries(make: Callable[[], System], dbs: Databases, *, n: int, w: int,
+                               server_cpu: Callable[[], float | None], log: Callable[[str], None],
+                               tries: int = RETRIES) -> Sample:
+    """A measurement that errors (a server that did not start, a lost connection) is tried again on a
+    fresh database after a pause; a failed verification is never retried."""
+    for attempt in range(1, tries + 1):
+        try:
+            return await measure_once(make, dbs, n=n, w=w, server_cpu=server_cpu)
+        except VerifyError:
+            raise
+        except Exception as e:
+            if attempt == tries:
+                raise
+            log(f"  {make().key}: {type(e).__name__}: {e}; trying again in {RETRY_PAUSE_S:g} s")
+            await asyncio.sleep(RETRY_PAUSE_S)
+    raise AssertionError("unreachable")
+
+
 async def measure_all(makers: list[Callable[[], System]], dbs: Databases, *, n: int, workers: list[int],
                       rounds: int, server_cpu: Callable[[], float | None], loadavg: Callable[[], float],
                       log: Callable[[str], None]) -> Results:
@@ -202,7 +222,7 @@ async def measure_all(makers: list[Callable[[], System]], dbs: Databases, *, n: 
                 if key in results.failed:
                     continue
                 try:
-                    got = await measure_once(make, dbs, n=n, w=w, server_cpu=server_cpu)
+                    got = await measure_with_retries(make, dbs, n=n, w=w, server_cpu=server_cpu, log=log)
                 except VerifyError as e:
                     results.failed[key] = str(e)
                     log(f"  {key}: FAILED verification: {e}")
