@@ -375,7 +375,8 @@ async def test_bad_rules_are_refused_at_creation_naming_the_rule_and_field(core,
         assert r.json()["error"]["argument"] == argument, (rules, r.json())
     for fields, argument in [({"source": "gitlab"}, "source"), ({"source": "hmac", "secret": "short"}, "secret"),
                              ({"source": "standard", "secret": "not-a-whsec-secret-at-all"}, "secret"),
-                             ({"source": "github", "queue": "elsewhere"}, "queue")]:
+                             ({"source": "github", "queue": "elsewhere"}, "queue"),
+                             ({"source": "github", "name": "a/b"}, "name"), ({"source": "github", "name": " "}, "name")]:
         r = alice.http.post("/intakes", json={"name": "bad", "endpoint": alice.agent.slug, **fields})
         assert r.status_code == 400 and r.json()["error"]["argument"] == argument, (fields, r.text)
     assert await rows(core, "SELECT id FROM intakes") == []

@@ -90,6 +90,8 @@ def _name(value: Any) -> str:
     name = inputs.text(value, "name", max_chars=NAME_MAX_CHARS, required=True) or ""
     if name != name.strip() or any(c in name for c in "\r\n\t"):
         raise Invalid("name must be one line without leading or trailing spaces", argument="name")
+    if any(c in name for c in "/?#%\\"):
+        raise Invalid("name must not contain / ? # % or \\ (it is used in URLs)", argument="name")
     return name
 
 
