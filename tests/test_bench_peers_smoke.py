@@ -29,9 +29,9 @@ def bench_server(pg_server, monkeypatch):
     yield pg_server
 
 
-def run_bench(tmp_path: Path, systems: str, doc: Path | None = None) -> tuple[int, dict, str]:
+def run_bench(tmp_path: Path, systems: str, doc: Path | None = None, jobs: int = 200) -> tuple[int, dict, str]:
     out = tmp_path / "peers.json"
-    argv = ["--quick", "--jobs", "200", "--workers", "1", "--systems", systems, "--silent", "--json", str(out)]
+    argv = ["--quick", "--jobs", str(jobs), "--workers", "1", "--systems", systems, "--silent", "--json", str(out)]
     if doc is not None:
         argv += ["--write-doc", str(doc)]
     code = peers_bench.main(argv)
@@ -116,7 +116,7 @@ def extra_systems():
 
 def test_a_registered_system_is_measured_and_an_unclosed_attempt_fails_it(bench_server, tmp_path, capsys,
                                                                           extra_systems):
-    code, got, _ = run_bench(tmp_path, ",".join(extra_systems))
+    code, got, _ = run_bench(tmp_path, ",".join(extra_systems), jobs=50)
     printed = capsys.readouterr().out
     assert got["samples"]["sb-core-two-at-a-time"]["1"][0]["rate"] > 0
     assert "| Switchboard core, two claims then two completes |" in printed
@@ -151,7 +151,7 @@ def test_a_measurement_that_errors_is_tried_again(bench_server, tmp_path, monkey
     monkeypatch.setattr(harness, "RETRY_PAUSE_S", 0.0)
     key = registry.register(FirstSetupErrors)
     try:
-        code, got, _ = run_bench(tmp_path, key)
+        code, got, _ = run_bench(tmp_path, key, jobs=50)
     finally:
         registry.SYSTEMS.pop(key)
     assert code == 0 and got["failed"] == {}
