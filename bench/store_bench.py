@@ -68,6 +68,7 @@ from switchboard.db.pool import open_pool
 
 QUEUE = "bench"
 LEASE_TTL = 1800
+LOAD_CHUNK = 50_000
 
 # ------------------------------------------------------------------------------------ bench SQL
 
@@ -380,7 +381,9 @@ class Tenant:
             return 0.0
         t0 = time.perf_counter()
         async with self.core.pool.connection() as conn:
-            await conn.execute(BULK_LOAD, {"endpoint_id": self.caller.endpoint_id, "queue": QUEUE, "n": n})
+            for start in range(0, n, LOAD_CHUNK):  # chunks: each statement well inside the statement timeout
+                await conn.execute(BULK_LOAD, {"endpoint_id": self.caller.endpoint_id, "queue": QUEUE,
+                                               "n": min(LOAD_CHUNK, n - start)})
         self.pending += n
         return time.perf_counter() - t0
 
