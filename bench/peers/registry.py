@@ -15,9 +15,6 @@ from .switchboard import SwitchboardCore, SwitchboardCoreBatch, SwitchboardMcp, 
 # key -> a factory (each measurement gets a fresh instance)
 SYSTEMS: dict[str, Callable[[], System]] = {}
 
-# Switchboard systems with no peer packages needed: what the smoke test runs.
-BUILT_IN = ("raw-per-job", "raw-batch-10", "sb-core", "sb-core-batch-100", "sb-mcp", "sb-mcp-batch-100")
-
 
 def register(make: Callable[[], System]) -> str:
     key = make().key
