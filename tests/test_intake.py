@@ -433,7 +433,7 @@ async def test_body_cap_and_rate_limit(core, server):
     assert statuses.count(429) >= 1 and set(statuses) <= {401, 429}
 
 
-async def test_a_disabled_humans_intake_answers_like_an_unknown_one(core, server):
+async def test_a_disabled_human_or_paused_intake_answers_like_an_unknown_one(core, server):
     alice = await owner(core, server.url)
     made = alice.create(source="bearer", rules=[{"title": "'x'"}])
     auth = {"Authorization": f"Bearer {made['secret']}"}
@@ -444,6 +444,13 @@ async def test_a_disabled_humans_intake_answers_like_an_unknown_one(core, server
     assert (refused.status_code, refused.content) == (unknown.status_code, unknown.content) == (
         401, unknown.content)
     await humans.set_disabled(core, alice.agent.human, False)
+    assert httpx.post(made["url"], content=b"{}", headers=auth).status_code == 202
+    # A paused intake answers the same way, until enabled again.
+    ref = made["intake"]["intake_id"]
+    assert alice.http.post(f"/intakes/{ref}/disable").json()["intake"]["enabled"] is False
+    paused = httpx.post(made["url"], content=b"{}", headers=auth)
+    assert (paused.status_code, paused.content) == (401, unknown.content)
+    assert alice.http.post(f"/intakes/{ref}/enable").json()["intake"]["enabled"] is True
     assert httpx.post(made["url"], content=b"{}", headers=auth).status_code == 202
 
 
@@ -545,6 +552,8 @@ def test_the_cli_creates_lists_and_replays(pg_server):
     js("intake", "rules", "gh", "--set", json.dumps([{"title": "join(' ', ['push', delivery])"}]))
     replayed = js("intake", "replay", "gh", str(held["item_id"]))
     assert replayed["created"] is True and replayed["todo"]["title"] == "push p-1"
+    assert js("intake", "disable", "gh")["intake"]["enabled"] is False
+    assert js("intake", "enable", "gh")["intake"]["enabled"] is True
     assert js("intake", "remove", "gh")["removed"]["name"] == "gh"
     assert js("intake", "list")["intakes"] == []
     with psycopg.connect(pg_server, autocommit=True) as conn:

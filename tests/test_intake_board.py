@@ -129,9 +129,16 @@ async def test_intake_page_create_rules_quarantine_replay_and_drop(board_server,
         assert theirs.status == never.status == 404
         assert (await theirs.text()).replace(str(ref), "") == (await never.text()).replace(str(ref), "")
 
-    # Removal asks first, then the URL stops working.
+    # Pausing refuses deliveries until enabled again; removal asks first, then the URL stops working.
     async with page_for(browser, board_server, human) as page:
         await page.goto(f"/intakes/{ref}")
+        await page.click("#sb-toggle-intake")
+        assert "paused" in await page.inner_text("[role=status].sb-notice")
+        assert deliver(url, secret, ISSUE, str(uuid.uuid4())).status_code == 401
+        assert await axe_violations(page) == []
+        await page.click("#sb-toggle-intake")
+        assert "enabled again" in await page.inner_text("[role=status].sb-notice")
+        assert deliver(url, secret, ISSUE, str(uuid.uuid4())).status_code == 202
         await page.click("#sb-remove-intake")
         assert await axe_violations(page) == []
         await page.click("#sb-remove-confirm")

@@ -1,4 +1,4 @@
-"""`switchboard intake create|list|show|rules|remove|quarantine|replay`: webhook intakes (docs/intake.md).
+"""`switchboard intake create|list|show|rules|enable|disable|remove|quarantine|replay`: webhook intakes (docs/intake.md).
 
 An intake turns signed webhooks from another system into todos on one of your endpoints' queues.
 `create` prints the URL (its token) and the secret once. INTAKE is an intake's id or name.
@@ -116,6 +116,28 @@ def intake_rules(ref: str = IntakeArg,
     intake = run(work)
     emit({"rules": intake["rules"]}, as_json,
          lambda o: typer.echo(printable(json.dumps(o["rules"], indent=2), multiline=True)))
+
+
+def _set_enabled(ref: str, enabled: bool, user: Optional[str], as_json: bool) -> None:
+    from ..core import intakes
+
+    async def work(core):
+        return await intakes.set_enabled(core, await human(core, user), ref, enabled)
+
+    intake = run(work)
+    emit({"intake": intake}, as_json, lambda o: typer.echo(_summary(o["intake"])))
+
+
+@app.command("disable")
+def intake_disable(ref: str = IntakeArg, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Pause an intake: its URL answers 401, as for an unknown one, and nothing is stored."""
+    _set_enabled(ref, False, user, as_json)
+
+
+@app.command("enable")
+def intake_enable(ref: str = IntakeArg, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Resume a paused intake."""
+    _set_enabled(ref, True, user, as_json)
 
 
 @app.command("remove")

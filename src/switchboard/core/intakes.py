@@ -184,6 +184,17 @@ async def set_rules(core: Core, human: HumanCaller, ref: Any, rules: Any) -> dic
     return await get(core, human, intake["intake_id"])
 
 
+async def set_enabled(core: Core, human: HumanCaller, ref: Any, enabled: bool) -> dict:
+    """Pause an intake (its URL answers like an unknown one: 401, nothing stored) or resume it."""
+    intake = await get(core, human, ref)
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.intakes.set_enabled, {"id": intake["intake_id"], "human_id": human.human_id,
+                                                         "enabled": bool(enabled)})
+        if await cur.fetchone() is None:
+            raise NotFound("intake not found", argument="intake")
+    return await get(core, human, intake["intake_id"])
+
+
 async def remove(core: Core, human: HumanCaller, ref: Any) -> dict:
     """Delete an intake with its quarantine; its URL stops working at once."""
     intake = await get(core, human, ref)

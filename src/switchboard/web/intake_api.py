@@ -8,6 +8,7 @@ intake's id or name; another human's intake is `not_found`, byte-identical to on
                                                            -> 201 {"intake", "url", "token", "secret"} (shown once)
     GET    /api/v1/intakes/{ref}                           -> {"intake"}
     PUT    /api/v1/intakes/{ref}/rules   {rules}           -> {"intake"}
+    POST   /api/v1/intakes/{ref}/disable | /enable         -> {"intake"} (a disabled URL answers 401)
     DELETE /api/v1/intakes/{ref}                           -> {"removed"}
     GET    /api/v1/intakes/{ref}/quarantine                -> {"quarantine": [...]}
     GET    /api/v1/intakes/{ref}/quarantine/{item}         -> {"item"} (with the delivery document)
@@ -61,6 +62,14 @@ async def put_rules(request: Request, human: HumanCaller) -> Response:
 
 
 @_route
+async def enable_intake(request: Request, human: HumanCaller) -> Response:
+    await _body(request, ())
+    intake = await intakes.set_enabled(request.app.state.ctx.core, human, request.path_params["ref"],
+                                       request.url.path.endswith("/enable"))
+    return JSONResponse({"intake": intake})
+
+
+@_route
 async def remove_intake(request: Request, human: HumanCaller) -> Response:
     removed = await intakes.remove(request.app.state.ctx.core, human, request.path_params["ref"])
     return JSONResponse({"removed": removed})
@@ -101,6 +110,8 @@ def component() -> Component:
         Route("/api/v1/intakes/{ref}", show_intake, methods=["GET"]),
         Route("/api/v1/intakes/{ref}", remove_intake, methods=["DELETE"]),
         Route("/api/v1/intakes/{ref}/rules", put_rules, methods=["PUT"]),
+        Route("/api/v1/intakes/{ref}/enable", enable_intake, methods=["POST"]),
+        Route("/api/v1/intakes/{ref}/disable", enable_intake, methods=["POST"]),
         Route("/api/v1/intakes/{ref}/quarantine", list_quarantine, methods=["GET"]),
         Route("/api/v1/intakes/{ref}/quarantine/{item}", show_quarantined, methods=["GET"]),
         Route("/api/v1/intakes/{ref}/quarantine/{item}", drop_quarantined, methods=["DELETE"]),

@@ -31,6 +31,9 @@ SELECT i.id, i.name, i.queue, i.token_prefix, i.source, i.rules, i.enabled, i.cr
 -- name: set_rules
 UPDATE intakes SET rules = %(rules)s WHERE id = %(id)s AND human_id = %(human_id)s RETURNING id
 
+-- name: set_enabled
+UPDATE intakes SET enabled = %(enabled)s WHERE id = %(id)s AND human_id = %(human_id)s RETURNING id
+
 -- name: remove_for_human
 DELETE FROM intakes WHERE id = %(id)s AND human_id = %(human_id)s RETURNING id, name
 

@@ -39,6 +39,8 @@ NOTICES = {
     "replayed": "The delivery became a todo and left the quarantine.",
     "dropped": "The delivery was dropped.",
     "removed": "The intake was removed; its URL no longer works.",
+    "disabled": "The intake is paused: its URL answers 401 and nothing is stored.",
+    "enabled": "The intake is enabled again.",
 }
 EXAMPLE_RULES = [{
     "name": "issues labelled agent",
@@ -222,6 +224,16 @@ async def quarantine_drop(board: Board, request: Request, who, form) -> Response
     return _back(ref, notice="dropped")
 
 
+@human_post
+async def intake_toggle(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+    enable = request.url.path.endswith("/enable")
+    try:
+        intake = await intakes.set_enabled(board.core, who[0], request.path_params["ref"], enable)
+    except NotFound:
+        return board.not_found(request, who, what="intake")
+    return _back(intake["intake_id"], notice="enabled" if enable else "disabled")
+
+
 @human_page
 async def remove_confirm(board: Board, request: Request, who) -> Response:  # noqa: ANN001
     try:
@@ -248,6 +260,8 @@ def routes() -> list[Route]:
         Route("/intakes/created/{key}", intake_created, methods=["GET"]),
         Route("/intakes/{ref}", intake_screen, methods=["GET"]),
         Route("/intakes/{ref}/rules", intake_rules, methods=["POST"]),
+        Route("/intakes/{ref}/enable", intake_toggle, methods=["POST"]),
+        Route("/intakes/{ref}/disable", intake_toggle, methods=["POST"]),
         Route("/intakes/{ref}/remove", remove_confirm, methods=["GET"]),
         Route("/intakes/{ref}/remove", remove_submit, methods=["POST"]),
         Route("/intakes/{ref}/quarantine/{item}/replay", quarantine_replay, methods=["POST"]),
