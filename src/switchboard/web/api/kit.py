@@ -130,7 +130,9 @@ async def read_raw(request: Request) -> bytes:
 
 def invalid_from(exc: ValidationError, where: str = "body") -> Invalid:
     """The first validation error as the core's `invalid`, naming the field."""
-    err = exc.errors(include_url=False)[0]
+    errors = exc.errors(include_url=False)
+    # An unknown field is named before a missing one, as the fields are read.
+    err = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
     loc = [p for p in err.get("loc", ()) if not isinstance(p, int)]
     kind = err.get("type", "")
     if kind == "json_invalid" or not loc:

@@ -256,6 +256,15 @@ class HookReply(Reply):
     hook: Hook
 
 
+class DeliveryAttempt(Reply):
+    attempt: int
+    started_at: Optional[str]
+    duration_ms: Optional[int]
+    status_code: Optional[int]
+    result: Optional[str]
+    error: Optional[str]
+
+
 class Delivery(Reply):
     delivery_id: int
     message_id: str
@@ -274,6 +283,7 @@ class Delivery(Reply):
     last_result: Optional[str]
     last_error: Optional[str]
     last_duration_ms: Optional[int]
+    attempt_log: Optional[list[DeliveryAttempt]] = None
 
 
 class DeliveryList(Reply):
@@ -281,7 +291,8 @@ class DeliveryList(Reply):
 
 
 class DeliveriesQuery(Query):
-    limit: int = Field(20, description="At most this many (1-500).")
+    limit: int = Field(50, description="At most this many (1-500).")
+    hook_id: Optional[str] = Field(None, description="Only this hook's notifications.")
 
 
 # --------------------------------------------------------------------------------------- settings

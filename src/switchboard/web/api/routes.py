@@ -193,16 +193,19 @@ async def list_hooks(call: Call) -> Response:
 
 
 async def remove_hook(call: Call) -> Response:
-    return json_reply({"removed": await hooks.remove(call.core, call.human, call.path("hook_id"))})
+    return json_reply({"removed": await hooks.remove(call.core, call.human, call.path("hook_id"),
+                                                     slug=call.path("slug"))})
 
 
 async def enable_hook(call: Call) -> Response:
-    return json_reply({"hook": await hooks.enable(call.core, call.human, call.path("hook_id"))})
+    return json_reply({"hook": await hooks.enable(call.core, call.human, call.path("hook_id"),
+                                                  slug=call.path("slug"))})
 
 
 async def hook_deliveries(call: Call) -> Response:
     assert isinstance(call.query, m.DeliveriesQuery)
-    rows = await hooks.deliveries(call.core, call.human, slug=call.path("slug"), limit=call.query.limit)
+    rows = await hooks.deliveries(call.core, call.human, slug=call.path("slug"), hook_id=call.query.hook_id,
+                                  limit=call.query.limit, with_attempts=True)
     return json_reply({"deliveries": rows})
 
 
@@ -291,16 +294,17 @@ OPERATIONS: list[Operation] = [
               m.TodoReply, query=m.TodoShowQuery,
               description="The owner's view: payload, result, input and every kept attempt, newest first."),
     *_action_operations(),
-    # hooks
+    # hooks (the same paths and answers as web/hooks.py, which registered them first)
     Operation("POST", "/api/v1/endpoints/{slug}/hooks", "hook_add", "hooks", "Add a notify hook", add_hook,
               m.HookCreated, status=201, body=m.HookRequest,
               description="A signed webhook of the endpoint's todo events; the signing secret is shown once."),
     Operation("GET", "/api/v1/endpoints/{slug}/hooks", "hook_list", "hooks", "List an endpoint's notify hooks",
-              list_hooks, m.HookList),
+              list_hooks, m.HookList, description="Never a secret; a URL's query string is redacted."),
     Operation("GET", "/api/v1/endpoints/{slug}/hooks/deliveries", "hook_deliveries", "hooks",
-              "The delivery log of an endpoint's hooks", hook_deliveries, m.DeliveryList, query=m.DeliveriesQuery),
-    Operation("DELETE", "/api/v1/hooks/{hook_id}", "hook_remove", "hooks", "Remove a notify hook", remove_hook,
-              m.HookRemoved, description="With its pending notifications."),
+              "The delivery log of an endpoint's hooks", hook_deliveries, m.DeliveryList, query=m.DeliveriesQuery,
+              description="Newest first, each with its attempts."),
+    Operation("DELETE", "/api/v1/endpoints/{slug}/hooks/{hook_id}", "hook_remove", "hooks", "Remove a notify hook",
+              remove_hook, m.HookRemoved, description="With its pending notifications."),
     # settings
     Operation("GET", "/api/v1/settings", "settings_get_all", "settings", "Every operator setting", get_settings,
               m.SettingsMap, admin=True),
@@ -321,5 +325,5 @@ OPERATIONS: list[Operation] = [
 
 if hasattr(hooks, "enable"):
     OPERATIONS.insert(OPERATIONS.index(next(o for o in OPERATIONS if o.name == "hook_remove")) + 1, Operation(
-        "POST", "/api/v1/hooks/{hook_id}/enable", "hook_enable", "hooks", "Enable a disabled notify hook",
+        "POST", "/api/v1/endpoints/{slug}/hooks/{hook_id}/enable", "hook_enable", "hooks", "Enable a disabled notify hook",
         enable_hook, m.HookReply, description="Its failure count starts again at 0."))
