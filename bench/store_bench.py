@@ -194,6 +194,52 @@ SELECT u.*, NULL::jsonb AS closed_attempt FROM u
 """
 
 
+# --levers: the per-claim statements with one lever of issue 17 pulled each, measured against the core's
+# in one run. Each is a text substitution on the core's spliced statement; the bench stops if the core's
+# text no longer holds what it replaces.
+_CAP_READ = ("SELECT greatest(5, coalesce((SELECT value::int FROM settings\n"
+             "                                   WHERE key = 'attempt_history_max_per_todo'), 50)) AS n")
+_PRIOR_START = "       (SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.seq DESC), '[]'::jsonb)\n          FROM (SELECT z.* FROM"
+_PRIOR_END = "ORDER BY z.seq DESC LIMIT 5) p) AS prior_attempts"
+# What the Python path reads of a todo row (shapes.full, events.build) and of a closed attempt (shapes.attempt).
+TODO_COLUMNS = ("id, endpoint_id, queue, source, kind, title, state, owner, assignee, attempt, max_attempts, "
+                "lease_expires_at, next_retry_at, created_at, payload, input_request, input, attempts_total, "
+                "attempts_pruned")
+ATTEMPT_COLUMNS = ("seq, attempt, claimer_kind, claimant, claimed_at, last_heartbeat_at, ended_at, outcome, "
+                   "disposition, summary, summary_truncated, artifact")
+
+
+def _sub(sql: str, old: str, new: str, what: str) -> str:
+    if old not in sql:
+        raise SystemExit(f"bench: {what}: the core's statement changed; update the bench")
+    return sql.replace(old, new)
+
+
+def lever_statements(lever: str) -> dict[str, str]:
+    """claim_next_one and complete with `lever` pulled: cap (no settings read: the cap as a constant),
+    prior (no prior-attempts read for a first attempt), narrow (only the columns the caller reads),
+    all (the three)."""
+    claim, complete = Q.todos.claim_next_one, Q.todos.complete
+    if lever in ("cap", "all"):
+        claim = _sub(claim, _CAP_READ, "SELECT 50 AS n", "cap")
+    if lever in ("prior", "all"):
+        claim = _sub(claim, _PRIOR_START, "       CASE WHEN c.attempts_total = 1 THEN '[]'::jsonb ELSE\n"
+                     + _PRIOR_START.lstrip(), "prior")
+        claim = _sub(claim, _PRIOR_END, "ORDER BY z.seq DESC LIMIT 5) p) END AS prior_attempts", "prior")
+    if lever in ("narrow", "all"):
+        x_cols = ", ".join(f"x.{c}" for c in TODO_COLUMNS.split(", "))
+        c_cols = ", ".join(f"c.{c}" for c in TODO_COLUMNS.split(", "))
+        claim = _sub(claim, "RETURNING x.*, t.prior_state", f"RETURNING {x_cols}, t.prior_state", "narrow")
+        claim = _sub(claim, "SELECT c.*,\n", f"SELECT {c_cols},\n", "narrow")
+        complete = _sub(complete, "RETURNING a.*\n", "RETURNING " + ", ".join(
+            f"a.{c}" for c in ["todo_id"] + ATTEMPT_COLUMNS.split(", ")) + "\n", "narrow")
+        complete = _sub(complete, "    RETURNING x.*\n)", f"    RETURNING {x_cols}\n)", "narrow")
+    return {"claim_next_one": claim, "complete": complete}
+
+
+LEVERS = ("cap", "prior", "narrow", "all")
+
+
 def _fragments() -> dict[str, str]:
     return parse(_read(FRAGMENTS_FILE), FRAGMENTS_FILE)
 
@@ -481,7 +527,8 @@ class Variant:
     run: Callable[[int, float], Awaitable[tuple[int, bool]]] = field(repr=False)
 
 
-def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection], batch: int = 0) -> list[Variant]:
+def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection], batch: int = 0,
+                  levers: bool = False) -> list[Variant]:
     overlay = _Overlay("todos", no_attempts_statements())
 
     async def gather(workers: list[Awaitable[tuple[int, bool]]]) -> tuple[int, bool]:
@@ -512,6 +559,15 @@ def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection], batc
            Variant("core-sql", core_sql_run), Variant("bare", bare_run)]
     if batch:
         out += [Variant("batch", batch_run), Variant("batch-no-attempts", batch_no_attempts_run)]
+    if levers:
+        for lever in LEVERS:
+            lever_overlay = _Overlay("todos", lever_statements(lever))
+
+            async def lever_run(w: int, deadline: float, lever_overlay=lever_overlay):
+                with statements_swapped(lever_overlay):
+                    return await gather([core_worker(tenant, deadline) for _ in range(w)])
+
+            out.append(Variant(f"lever-{lever}", lever_run))
     return out
 
 
@@ -674,7 +730,7 @@ async def main(args: argparse.Namespace) -> int:
             await tp.analyze()
             for _ in range(max(worker_counts)):
                 raw_conns.append(await psycopg.AsyncConnection.connect(tp.uri, autocommit=True))
-            variants = make_variants(tp, raw_conns, args.batch)
+            variants = make_variants(tp, raw_conns, args.batch, args.levers)
             log(f"throughput: {args.rounds} rounds x {len(worker_counts)} worker counts x {len(variants)} variants"
                 f" x {args.seconds:g} s")
             tput = await throughput(tp, variants, worker_counts=worker_counts, rounds=args.rounds,
@@ -749,6 +805,19 @@ async def main(args: argparse.Namespace) -> int:
             " is one todo claimed and completed, its attempt opened and closed)",
             fmt_table(brows, ["workers", "core (per claim)", "batch", "batch-no-attempts", "batch/core",
                               "batch/no-att"]),
+        ]
+    if args.levers:
+        lrows = []
+        for w in worker_counts:
+            lrows.append([str(w), f"{med['core'][w]:.0f}"] + [
+                f"{med[f'lever-{lv}'][w]:.0f} ({paired_ratio(r[f'lever-{lv}'][w], r['core'][w]):.2f})"
+                for lv in LEVERS])
+        batch_lines += [
+            "",
+            "per-claim levers: claim_next + complete cycles/s with one lever pulled (ratio to core, median of"
+            " per-round ratios): cap = no settings read per claim, prior = no prior-attempts read for a first"
+            " attempt, narrow = only the columns the caller reads, all = the three",
+            fmt_table(lrows, ["workers", "core"] + [f"lever-{lv}" for lv in LEVERS]),
         ]
     if lat is None:
         return _report_without_latency(args, tput, tput_table, cpu_table, batch_lines, worker_counts, started,
@@ -889,6 +958,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also measure claim_next_batch(max_todos=N) + complete_batch, with and without attempt"
                         " writes (1-100)")
     p.add_argument("--skip-latency", action="store_true", help="measure throughput only")
+    p.add_argument("--levers", action="store_true",
+                   help="also measure the per-claim levers of issue 17, each as its own variant (see LEVERS)")
     p.add_argument("--history", type=int, default=20_000,
                    help="done todos with one attempt each, loaded into every database first (default 20,000)")
     p.add_argument("--small", type=int, default=1_000, help="small latency backlog (default 1,000)")
