@@ -59,9 +59,12 @@ async def test_missing_unknown_revoked_and_expired_credentials_get_the_same_401(
         assert r.status_code == 401, name
         assert r.headers["www-authenticate"] == 'Bearer realm="switchboard"', name
         assert r.content == UNAUTHORIZED, name
-    # A session opened before the revocation stops working too.
+    # A session opened before the revocation stops working too: its next call is told why, as the
+    # `unauthorized` tool error (docs/mcp.md, transport rules).
     await endpoints.revoke(core, a.human, a.slug)
-    assert ok.call("list_todos").status_code == 401
+    told = ok.call("list_todos")
+    assert told.status_code == 200 and told.json()["result"]["isError"]
+    assert json.loads(told.json()["result"]["content"][0]["text"])["error"]["code"] == "unauthorized"
 
 
 async def test_valid_credential_on_another_slug_is_403(core, server):

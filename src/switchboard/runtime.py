@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from .config import Settings
-from .core.errors import DatabaseUnavailable
+from .core.errors import DatabaseUnavailable, Unauthorized
 from .core.models import Core
 from .db.database import Database
 from .db.listen import ReadyListener
@@ -91,7 +91,7 @@ async def open_runtime(settings: Settings, *, runtime: Runtime | None = None, mi
         pool = await open_pool(uri, min_size=min_size, max_size=max_size,
                                statement_timeout=settings.db_statement_timeout_seconds,
                                lock_timeout=settings.db_lock_timeout_seconds,
-                               timeout_error=DatabaseUnavailable)
+                               timeout_error=DatabaseUnavailable, refused_error=Unauthorized)
         try:
             rt.database = db
             rt._core = Core(pool=pool, settings=settings)

@@ -76,6 +76,30 @@ async def resolve_credential(core: Core, credential: str | None) -> dict | None:
     return row
 
 
+async def credential_owner(core: Core, credential: str) -> dict | None:
+    """The endpoint row a credential belongs to, in any state (revoked included), or None. Not an
+    authentication: the MCP surface uses it only to tell an open session of a revoked endpoint that
+    it was refused."""
+    if not credential or not credential.startswith("sbk_") or len(credential) > 128:
+        return None
+    digest = sha256(credential)
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.endpoints.by_credential_any_state, {"hash": digest})
+        row = await cur.fetchone()
+    if row is None or not same(bytes(row["credential_hash"]), digest):
+        return None
+    return row
+
+
+async def not_live(core: Core, endpoint_ids: list[str]) -> set[str]:
+    """The endpoints among `endpoint_ids` that are revoked, expired or deleted."""
+    if not endpoint_ids:
+        return set()
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.endpoints.not_live, {"ids": [UUID(str(i)) for i in endpoint_ids]})
+        return {str(r["id"]) for r in await cur.fetchall()}
+
+
 async def list_for_human(core: Core, human: HumanCaller) -> list[dict]:
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.endpoints.for_human, {"human_id": human.human_id})

@@ -62,3 +62,11 @@ class Unavailable(CoreError):
 class DatabaseUnavailable(Unavailable, DatabaseTimeout):
     """What the pool raises when the database did not answer in time (the runtime hands it to
     `db.pool.open_pool`): the core error `unavailable` and a psycopg `OperationalError` at once."""
+
+
+class Unauthorized(CoreError):
+    """The calling endpoint was revoked or has expired: refused by the statement itself (the
+    `endpoint_live` fragment, migration 0008), whatever a process's credential cache still held."""
+
+    code = "unauthorized"
+    default_message = "this endpoint's credential was revoked or has expired"

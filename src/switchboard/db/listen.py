@@ -9,8 +9,16 @@ connection is lost, the listener reconnects with backoff and then calls the `on_
 because whatever was committed while it was away was never heard (reference: stack.md §7, P17).
 Notifications are hints: consumers re-read the database.
 
+The same connection also listens on `switchboard_credentials` (migration 0008): an endpoint revoked,
+rotated, rescoped or deleted by any process sends `{"endpoint_id", "reason"}` at commit, and
+`on_credentials` subscribers (the MCP surface: its credential cache and open sessions) get them from a
+worker of their own, so a slow doorbell batch never delays a revocation. Those notifications are a
+fast path only: the statements themselves refuse a revoked endpoint (`endpoint_live` fragment), and
+after a reconnection the `on_reconnect` callbacks assume anything may have been missed.
+
 The runtime (`switchboard.runtime`) owns the process's one listener and starts it once the database
-is known; consumers (the doorbell, the hook sender) `subscribe` to it when they are built.
+is known; consumers (the doorbell, the hook sender, the MCP surface) `subscribe` to it when they are
+built.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from typing import Awaitable, Callable
 
 import psycopg
@@ -26,6 +35,8 @@ import psycopg
 log = logging.getLogger("switchboard.listen")
 
 READY_CHANNEL = "switchboard_ready"
+CREDENTIALS_CHANNEL = "switchboard_credentials"
+APPLICATION_NAME = "switchboard-listen"  # pg_stat_activity shows "switchboard-listen <process id>"
 
 Batch = Callable[[list[dict]], Awaitable[None]]
 Resync = Callable[[], Awaitable[None]]
@@ -40,25 +51,29 @@ class ReadyListener:
         self.backoff = backoff
         self.on_batch: list[Batch] = []
         self.on_reconnect: list[Resync] = []
+        self.on_credentials: list[Batch] = []
         self.connected = asyncio.Event()
         self.connections = 0  # how many times a LISTEN connection was established
         self.backend_pid: int | None = None
         self._task: asyncio.Task | None = None
         self._worker: asyncio.Task | None = None
         self._queue: asyncio.Queue[dict] = asyncio.Queue()
+        self._credentials: asyncio.Queue[dict] = asyncio.Queue()
+        self._credential_worker: asyncio.Task | None = None
 
-    def subscribe(self, *, on_batch: Batch | None = None, on_reconnect: Resync | None = None) -> Callable[[], None]:
-        """Register callbacks for wake-up batches and for reconnections; returns the unsubscribe call."""
-        if on_batch is not None:
-            self.on_batch.append(on_batch)
-        if on_reconnect is not None:
-            self.on_reconnect.append(on_reconnect)
+    def subscribe(self, *, on_batch: Batch | None = None, on_reconnect: Resync | None = None,
+                  on_credentials: Batch | None = None) -> Callable[[], None]:
+        """Register callbacks for wake-up batches, for reconnections and for credential changes;
+        returns the unsubscribe call."""
+        pairs = ((self.on_batch, on_batch), (self.on_reconnect, on_reconnect), (self.on_credentials, on_credentials))
+        for callbacks, cb in pairs:
+            if cb is not None:
+                callbacks.append(cb)
 
         def unsubscribe() -> None:
-            if on_batch is not None and on_batch in self.on_batch:
-                self.on_batch.remove(on_batch)
-            if on_reconnect is not None and on_reconnect in self.on_reconnect:
-                self.on_reconnect.remove(on_reconnect)
+            for callbacks, cb in pairs:
+                if cb is not None and cb in callbacks:
+                    callbacks.remove(cb)
 
         return unsubscribe
 
@@ -70,14 +85,16 @@ class ReadyListener:
         if self._task is None:
             self._task = asyncio.create_task(self._listen_forever(), name="listen-ready")
             self._worker = asyncio.create_task(self._deliver_forever(), name="listen-deliver")
+            self._credential_worker = asyncio.create_task(self._deliver_credentials_forever(),
+                                                          name="listen-credentials")
 
     async def stop(self) -> None:
-        for task in (self._task, self._worker):
+        for task in (self._task, self._worker, self._credential_worker):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        self._task = self._worker = None
+        self._task = self._worker = self._credential_worker = None
         self.connected.clear()
 
     async def wait_connected(self, timeout: float = 10.0) -> None:
@@ -87,8 +104,10 @@ class ReadyListener:
         delay: float | None = None  # None: the first retry after a good connection waits backoff[0]
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self.uri, autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {self.channel}")  # channel is our constant, not input
+                name = f"{APPLICATION_NAME} {os.getpid()}"
+                async with await psycopg.AsyncConnection.connect(self.uri, autocommit=True, application_name=name) as conn:
+                    # Channels are our constants, not input; one round trip for both.
+                    await conn.execute(f"LISTEN {self.channel}; LISTEN {CREDENTIALS_CHANNEL}")
                     self.backend_pid = conn.info.backend_pid
                     self.connections += 1
                     first = self.connections == 1
@@ -98,7 +117,10 @@ class ReadyListener:
                         log.info("listen connection restored", extra={"event": "listen_reconnected"})
                         await self._resync()
                     async for note in conn.notifies():
-                        self._queue.put_nowait(self._parse(note.payload))
+                        if note.channel == CREDENTIALS_CHANNEL:
+                            self._credentials.put_nowait(self._parse(note.payload))
+                        else:
+                            self._queue.put_nowait(self._parse(note.payload))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # connection lost or refused: retry with backoff
@@ -140,3 +162,20 @@ class ReadyListener:
                     raise
                 except Exception:
                     log.exception("listen callback failed")
+
+    async def _deliver_credentials_forever(self) -> None:
+        """Credential changes, on their own worker: everything queued so far as one batch."""
+        while True:
+            batch = [await self._credentials.get()]
+            while not self._credentials.empty() and len(batch) < 1000:
+                batch.append(self._credentials.get_nowait())
+            batch = [b for b in batch if b.get("endpoint_id")]
+            if not batch:
+                continue
+            for cb in list(self.on_credentials):
+                try:
+                    await cb(batch)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("credential callback failed")

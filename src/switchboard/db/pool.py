@@ -49,6 +49,12 @@ class DeadlineCursor(psycopg.AsyncCursor):
             return await super().execute(*args, **kwargs)
         except _TIMED_OUT as exc:
             raise getattr(self.connection, "timeout_error", DatabaseTimeout)() from exc
+        except errors.InvalidAuthorizationSpecification as exc:
+            # SQLSTATE 28000 from a statement: the calling endpoint is no longer live (migration 0008).
+            refused = getattr(self.connection, "refused_error", None)
+            if refused is None:
+                raise
+            raise refused() from exc
 
 
 class DeadlineConnection(psycopg.AsyncConnection):
@@ -56,6 +62,7 @@ class DeadlineConnection(psycopg.AsyncConnection):
 
     deadline: float | None = None
     timeout_error: type[Exception] = DatabaseTimeout
+    refused_error: type[Exception] | None = None  # raised for SQLSTATE 28000 (see DeadlineCursor)
 
     async def wait(self, gen, interval=0.1, timeout=None):  # noqa: ANN001, ANN201
         if timeout is None:
@@ -138,13 +145,16 @@ class HotFirstPool(AsyncConnectionPool):
 async def open_pool(uri: str, *, min_size: int = 2, max_size: int = 10,
                     statement_timeout: float = STATEMENT_TIMEOUT_SECONDS,
                     lock_timeout: float = LOCK_TIMEOUT_SECONDS,
-                    timeout_error: type[Exception] = DatabaseTimeout) -> AsyncConnectionPool:
+                    timeout_error: type[Exception] = DatabaseTimeout,
+                    refused_error: type[Exception] | None = None) -> AsyncConnectionPool:
     """`statement_timeout`, `lock_timeout`: seconds (settings `db_statement_timeout_seconds`,
     `db_lock_timeout_seconds`); `timeout_error`: what a timed-out statement or checkout raises
-    (called without arguments)."""
+    (called without arguments); `refused_error`: what a statement refused with SQLSTATE 28000
+    raises instead of psycopg's error (the core's `Unauthorized`)."""
     deadline = statement_timeout + CLIENT_MARGIN_SECONDS
     connection_class = type("PoolConnection", (DeadlineConnection,),
-                            {"deadline": deadline, "timeout_error": timeout_error})
+                            {"deadline": deadline, "timeout_error": timeout_error,
+                             "refused_error": refused_error})
     pool = HotFirstPool(
         uri,
         min_size=min_size,

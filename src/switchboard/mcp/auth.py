@@ -3,9 +3,21 @@
 Resolving a credential costs two database round trips (the lookup by hash and the throttled
 `last_used_at` touch), more than the rest of a light tool call. A resolved endpoint is therefore
 kept for `SWITCHBOARD_MCP_AUTH_CACHE_SECONDS` (2 s by default, 0 turns it off), never past the
-endpoint's own expiry. A revocation committed by this process drops the entry at once (hook bus);
-one committed by another process (the CLI) takes effect within that window. Unknown credentials are
-never remembered. Entries are keyed by the credential's SHA-256, not by the credential itself.
+endpoint's own expiry. Correctness does not rest on the cache:
+
+- every statement an endpoint sends checks, in the same statement, that the endpoint is active and
+  unexpired (the `endpoint_live` fragment), so a call that passed a stale cache entry is refused by
+  the core (`unauthorized`);
+- a revocation, rotation, rescope or deletion committed by any process (a server, the CLI, the
+  expiry sweep) is announced on the `switchboard_credentials` channel (migration 0008); the MCP
+  surface then drops the endpoint's entries here (`forget_endpoint`) and ends its open sessions;
+  after a lost LISTEN connection the whole cache is dropped (`clear`).
+
+An open session of a revoked endpoint is listed in `refused_sessions`: its next POST, sent with the
+credential that opened it, is let through to the surface, which answers a tool call with the
+`unauthorized` tool error (other requests with a JSON-RPC error) instead of a bare 401, then ends the
+session. Unknown credentials are never remembered. Entries are keyed by the credential's SHA-256,
+not by the credential itself.
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Callable
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -23,6 +36,7 @@ from ..core.models import Core, EndpointCaller
 from ..core.secrets import display_prefix, sha256
 
 MAX_ENTRIES = 10_000
+MAX_REFUSED_SESSIONS = 10_000
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,7 @@ class Principal:
     user: AuthenticatedUser
     slug: str
     agent: str
+    refused: bool = False  # an open session of a revoked endpoint, let through to be told so
 
 
 def _principal(row: dict, credential: str) -> Principal:
@@ -46,8 +61,14 @@ class CredentialCache:
     def __init__(self, ttl_seconds: float) -> None:
         self.ttl = ttl_seconds
         self._entries: dict[bytes, tuple[float, Principal]] = {}
+        self.refused_sessions: dict[str, str] = {}  # session id -> endpoint id, sessions being ended
+        # The endpoint id owning a live session of this process (set by the MCP surface), or None.
+        self.session_owner: Callable[[str], str | None] | None = None
 
-    async def resolve(self, core: Core, credential: str) -> Principal | None:
+    async def resolve(self, core: Core, credential: str, session_id: str | None = None) -> Principal | None:
+        """The endpoint of a live credential. `session_id`: the session a POST names; when the
+        credential is no longer live but opened that session, which is being ended for it, a
+        `refused` principal comes back so the session can be told why."""
         if not credential.startswith("sbk_") or len(credential) > 128:
             return None
         key = sha256(credential)
@@ -58,6 +79,18 @@ class CredentialCache:
         row = await endpoints.resolve_credential(core, credential)
         if row is None:
             self._entries.pop(key, None)
+            owner = None
+            if session_id:
+                owner = self.refused_sessions.get(session_id)
+                if owner is None and self.session_owner is not None:
+                    owner = self.session_owner(session_id)  # revoked, and this process not told yet
+            if owner is not None:
+                row = await endpoints.credential_owner(core, credential)
+                if row is not None and str(row["id"]) == owner:
+                    self.refuse_session(session_id, owner)
+                    principal = _principal(row, credential)
+                    return Principal(caller=principal.caller, user=principal.user, slug=principal.slug,
+                                     agent=principal.agent, refused=True)
             return None
         principal = _principal(row, credential)
         if self.ttl > 0:
@@ -74,6 +107,18 @@ class CredentialCache:
         for key, (_, principal) in list(self._entries.items()):
             if str(principal.caller.endpoint_id) == endpoint_id:
                 del self._entries[key]
+
+    def clear(self) -> None:
+        """Forget every credential (after a lost LISTEN connection: changes may have been missed)."""
+        self._entries.clear()
+
+    def refuse_session(self, session_id: str, endpoint_id: str) -> None:
+        if len(self.refused_sessions) >= MAX_REFUSED_SESSIONS:
+            self.refused_sessions.clear()
+        self.refused_sessions[session_id] = endpoint_id
+
+    def session_ended(self, session_id: str) -> None:
+        self.refused_sessions.pop(session_id, None)
 
     def on_event(self, event: Event) -> None:
         """Hook-bus subscriber: a revoked endpoint's credential stops working at once in this process."""

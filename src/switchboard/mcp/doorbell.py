@@ -15,6 +15,11 @@ REQ-16). Pending todos nobody claims are re-rung on a widening interval (`core.r
 tick: the component's `on_tick`), and a session that opens its stream is rung for the oldest pending
 todos in its scope.
 
+2026-era clients have no session: they open `subscriptions/listen` streams (`listen_streams.py`,
+`McpSurface.listeners`) with the queue URIs as `resourceSubscriptions`, and are rung under the same
+rules (gate, re-queue clearing it, re-rings, a first ring for what is already pending) with
+`notifications/resources/updated` on the stream.
+
 The doorbell is built with the runtime's LISTEN connection (`runtime.listener`), the MCP surface
 whose sessions it rings, and an optional counter for the rings (the metrics surface's).
 """
@@ -32,6 +37,7 @@ from ..core.models import Core
 from ..db.listen import ReadyListener
 from ..runtime import Component, Runtime
 from .resources import queue_uri
+from .listen_streams import ListenStream
 from .server import McpSurface, connection_of
 from .sessions import LiveSession
 
@@ -93,6 +99,7 @@ class Doorbell:
         self.settings = runtime.settings
         self.mcp = mcp
         self.sessions = mcp.sessions
+        self.listeners = mcp.listeners
         self.listener = listener
         self.count_rings = count_rings
         self._unlisten: Callable[[], None] | None = None
@@ -109,6 +116,7 @@ class Doorbell:
         self.loop = asyncio.get_running_loop()
         self._unlisten = self.listener.subscribe(on_batch=self.on_wakeups, on_reconnect=self.resync)
         self.sessions.on_added.append(self.on_session_added)
+        self.listeners.on_added.append(self.on_listener_added)
 
     async def stop(self) -> None:
         if self._unlisten is not None:
@@ -116,6 +124,8 @@ class Doorbell:
             self._unlisten = None
         if self.on_session_added in self.sessions.on_added:
             self.sessions.on_added.remove(self.on_session_added)
+        if self.on_listener_added in self.listeners.on_added:
+            self.listeners.on_added.remove(self.on_listener_added)
         for task in list(self._tasks):
             task.cancel()
 
@@ -136,7 +146,7 @@ class Doorbell:
     # ---------------------------------------------------------------------------------- rings
 
     def _local_endpoints(self) -> set[str]:
-        return {s.endpoint_id for s in self.sessions.all()}
+        return {s.endpoint_id for s in self.sessions.all()} | self.listeners.endpoints()
 
     async def on_wakeups(self, batch: list[dict]) -> None:
         """Wake-ups from any process: clear the gate of re-queued todos, then ring the ready ones."""
@@ -153,27 +163,33 @@ class Doorbell:
             forced = wanted[todo["id"]].get("reason") == "rering"
             await self.ring(todo, use_gate=not forced)
 
-    async def ring(self, todo: dict, *, use_gate: bool = True, only: list[LiveSession] | None = None) -> int:
-        """Notify the in-scope sessions of a ready todo. Returns how many notifications went out."""
+    async def ring(self, todo: dict, *, use_gate: bool = True, only: list[LiveSession] | None = None,
+                   only_streams: list[ListenStream] | None = None) -> int:
+        """Notify the in-scope sessions and listen streams of a ready todo (`only`/`only_streams`: just
+        these, for a first ring). Returns how many notifications went out."""
         todo_id = str(todo["id"])
         if use_gate and self._gated(todo_id):
             self.stats["gated"] += 1
             return 0
-        targets = only if only is not None else self.sessions.for_endpoint(str(todo["endpoint_id"]))
+        endpoint_id = str(todo["endpoint_id"])
+        everyone = only is None and only_streams is None
+        targets = self.sessions.for_endpoint(endpoint_id) if everyone else (only or [])
         targets = [s for s in targets if todo["queue"] in s.caller.queues]
-        if only is None:
+        streams = self.listeners.for_endpoint(endpoint_id) if everyone else (only_streams or [])
+        if everyone:
             self._mark(todo_id)
         uri = queue_uri(todo["queue"])
+        offered = sum(1 for stream in streams if stream.offer(uri))  # written by each stream's own task
         sends = []
         for live in targets:
             if uri in live.subscriptions:
                 sends.append(self._send(live, "notifications/resources/updated", {"uri": uri}))
             if live.channel:
                 sends.append(self._send(live, CHANNEL_METHOD, channel_params(todo)))
-        if not sends:
+        if not sends and not offered:
             return 0
         results = await asyncio.gather(*sends)
-        sent = sum(1 for ok in results if ok)
+        sent = sum(1 for ok in results if ok) + offered
         self.stats["rung"] += 1
         self.stats["notifications"] += sent
         if self.count_rings is not None:
@@ -197,6 +213,8 @@ class Doorbell:
         by_endpoint: dict[str, set[str]] = {}
         for live in self.sessions.all():
             by_endpoint.setdefault(live.endpoint_id, set()).update(live.caller.queues)
+        for stream in self.listeners.all():
+            by_endpoint.setdefault(stream.endpoint_id, set()).update(stream.queues)
         for endpoint_id, queues in by_endpoint.items():
             for todo in await rings.oldest_pending(self.runtime.core, endpoint_id, sorted(queues), RESYNC_PER_ENDPOINT):
                 await self.ring(todo)
@@ -205,6 +223,22 @@ class Doorbell:
         task = asyncio.create_task(self._welcome(live), name="doorbell-welcome")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def on_listener_added(self, stream: ListenStream) -> None:
+        task = asyncio.create_task(self._welcome_stream(stream), name="doorbell-welcome-listen")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _welcome_stream(self, stream: ListenStream) -> None:
+        """Ring a new listen stream (acknowledged already) for the todos pending in its queues."""
+        if not stream.queues:
+            return
+        try:
+            todos = await rings.oldest_pending(self.runtime.core, stream.endpoint_id, stream.queues, WELCOME_LIMIT)
+            for todo in todos:
+                await self.ring(todo, use_gate=False, only_streams=[stream])
+        except Exception:
+            log.exception("doorbell welcome ring failed", extra={"endpoint": stream.caller.slug})
 
     async def _welcome(self, live: LiveSession, wait: float = 10.0) -> None:
         """Ring a session that just opened its stream for the oldest pending todos in its scope."""

@@ -158,7 +158,8 @@ class Gateway:
         if authorization is not None and authorization[:7].lower() == b"bearer ":
             credential = authorization[7:].decode("latin-1").strip()
             try:
-                principal = await self.credentials.resolve(self.core(), credential)
+                named = session_id.decode("latin-1")[:128] if session_id and scope["method"] == "POST" else None
+                principal = await self.credentials.resolve(self.core(), credential, named)
             except Unavailable as exc:
                 await _respond(send, 503, _body(exc.code, exc.message), ((b"retry-after", b"1"),))
                 return

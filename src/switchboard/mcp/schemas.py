@@ -363,7 +363,7 @@ LIST_RESULT = {"type": "object", "description": "Todos newest first.",
                "properties": {"todos": {"type": "array", "items": TODO_COMPACT, "description": "Compact rows."}},
                "required": ["todos"]}
 
-ERROR_CODES = ["not_found", "conflict", "forbidden", "invalid", "internal"]
+ERROR_CODES = ["not_found", "conflict", "forbidden", "invalid", "unauthorized", "internal"]
 
 # The JSON text of an error result (`isError: true`). It is not an output schema: error results carry
 # no structured content, so a client checking `structuredContent` against the tool's output schema

@@ -69,3 +69,16 @@ WITH ep AS (
 SELECT (SELECT count(*) FROM ep) AS revoked,
        u.*, (SELECT to_jsonb(a) FROM a WHERE a.todo_id = u.id) AS closed_attempt
   FROM (SELECT 1) one LEFT JOIN u ON true
+
+-- name: by_credential_any_state
+-- The endpoint a credential belongs to, whatever its state: only to answer an open MCP session of a
+-- revoked endpoint with a refusal it can read (mcp/auth.py); never to authenticate.
+SELECT e.*, g.name AS agent_name, g.human_id
+  FROM endpoints e JOIN agents g ON g.id = e.agent_id
+ WHERE e.credential_hash = %(hash)s
+
+-- name: not_live
+-- Which of these endpoints are revoked, expired or gone (after a lost LISTEN connection).
+SELECT x.id FROM unnest(%(ids)s::uuid[]) AS x(id)
+ WHERE NOT EXISTS (SELECT 1 FROM endpoints e
+                    WHERE e.id = x.id AND e.state = 'active' AND (e.expires_at IS NULL OR e.expires_at > now()))

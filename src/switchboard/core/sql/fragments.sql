@@ -1,13 +1,21 @@
 -- Fragments spliced into the statements of the other files with {{name}}. Static text only.
 
+-- name: endpoint_live
+-- The calling endpoint is active and unexpired, checked by the statement itself: a revoked or expired
+-- endpoint raises SQLSTATE 28000, which the core reports as `unauthorized` (migration 0008). Always a
+-- top-level AND condition without a column of the row, so PostgreSQL runs it once per statement, before
+-- any row is read; true for a human caller (no endpoint).
+switchboard_endpoint_live(%(endpoint_id)s::uuid)
+
 -- name: scope
 -- The caller's read scope on a row of `todos`: an endpoint sees its own todos in its granted
--- queues; a human sees the todos of every endpoint of their agents. Same statement as the read.
-(CASE WHEN %(human_id)s::uuid IS NULL
+-- queues, and only while it is live; a human sees the todos of every endpoint of their agents.
+-- Same statement as the read.
+((CASE WHEN %(human_id)s::uuid IS NULL
       THEN todos.endpoint_id = %(endpoint_id)s::uuid AND todos.queue = ANY(%(queues)s::text[])
       ELSE EXISTS (SELECT 1 FROM endpoints e JOIN agents g ON g.id = e.agent_id
                     WHERE e.id = todos.endpoint_id AND g.human_id = %(human_id)s::uuid)
- END)
+  END) AND {{endpoint_live}})
 
 -- name: holder
 -- The lease holder: an agent holds what it claimed; the owning human may act on any lease.
@@ -32,21 +40,21 @@ WITH t AS (
 SELECT p.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
-       AND (assignee IS NULL OR assignee = %(owner)s)
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
      ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) p
 UNION ALL
 SELECT l.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'claimed'
        AND lease_expires_at < now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s)
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
      ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED) l
 UNION ALL
 SELECT r.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'failed'
        AND next_retry_at <= now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s)
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
      ORDER BY next_retry_at LIMIT 1 FOR UPDATE SKIP LOCKED) r
 
 -- name: claim_tail
@@ -101,21 +109,21 @@ SELECT c.*,
 SELECT p.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
-       AND (assignee IS NULL OR assignee = %(owner)s)
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
      ORDER BY created_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) p
 UNION ALL
 SELECT l.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'claimed'
        AND lease_expires_at < now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s)
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
      ORDER BY lease_expires_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) l
 UNION ALL
 SELECT r.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'failed'
        AND next_retry_at <= now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s)
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
      ORDER BY next_retry_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) r
 
 -- name: claim_batch_tail
