@@ -43,6 +43,7 @@ from . import tools
 from .auth import CredentialCache
 from .resources import QUEUE_URI, ResourceProvider, queue_of, queue_uri
 from .gateway import CALL_FACTS, CALLER_KEY, MAX_BODY_BYTES, Gateway, allowed_hostnames
+from .descriptors import DescriptorGuard, raise_soft_limit
 from .listen_streams import ListenRegistry
 from .session_ids import tag_session_ids
 from .sessions import LiveSession, SessionRegistry
@@ -150,6 +151,8 @@ class McpSurface:
         self.credentials.session_owner = self._session_owner
         self.gateway = Gateway(StreamableHTTPASGIApp(self.manager), self.settings, lambda: self.runtime.core,
                                self.credentials)
+        raise_soft_limit()  # each held MCP connection is an open file (descriptors.py)
+        self.front = DescriptorGuard(self.gateway)  # what `/mcp/<slug>` routes to
         self._stack: contextlib.AsyncExitStack | None = None
         self._unsubscribe_bus = None
         self._unlisten = None
@@ -402,5 +405,5 @@ class McpSurface:
 
 
 def component(surface: McpSurface) -> Component:
-    return Component(name="mcp", routes=[Route("/mcp/{slug}", surface.gateway)],
+    return Component(name="mcp", routes=[Route("/mcp/{slug}", surface.front)],
                      start=surface.start, stop=surface.stop)
