@@ -124,6 +124,18 @@ async def test_endpoints_vend_list_show_revoke_with_expiry(core, server):
     shown = api.get(f"/endpoints/{vended['slug']}").json()["endpoint"]
     assert shown["default_lease_ttl_seconds"] == 120 and shown["state"] == "active"
 
+    r = api.call("PATCH", f"/endpoints/{vended['slug']}", {"expires_in_seconds": None, "default_lease_ttl_seconds": 600})
+    assert r.status_code == 200
+    assert (r.json()["endpoint"]["expires_at"], r.json()["endpoint"]["default_lease_ttl_seconds"]) == (None, 600)
+    r = api.call("PATCH", f"/endpoints/{vended['slug']}", {"expires_in_seconds": 120})
+    assert r.json()["endpoint"]["expires_at"] and r.json()["endpoint"]["default_lease_ttl_seconds"] == 600
+    before = await fingerprint(core)
+    for body, argument in (({"expires_in_seconds": 59}, "expires_in_seconds"), ({"default_lease_ttl_seconds": 5},
+                           "default_lease_ttl_seconds"), ({"state": "active"}, "state")):
+        r = api.call("PATCH", f"/endpoints/{vended['slug']}", body)
+        assert r.status_code == 400 and r.json()["error"]["argument"] == argument, body
+    assert await fingerprint(core) == before
+
     t = await push(core, agent, queue="build")
     r = api.post(f"/endpoints/{agent.slug}/revoke")
     assert r.status_code == 200 and r.json()["state"] == "revoked" and r.json()["dead_lettered"] == 1
@@ -132,6 +144,8 @@ async def test_endpoints_vend_list_show_revoke_with_expiry(core, server):
     assert api.post(f"/endpoints/{agent.slug}/revoke").json()["dead_lettered"] == 0
     r = api.post(f"/endpoints/{agent.slug}/todos", {"title": "t", "queue": "build"})
     assert r.status_code == 400 and r.json()["error"]["argument"] == "endpoint"
+    r = api.call("PATCH", f"/endpoints/{agent.slug}", {"expires_in_seconds": None})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "conflict"
 
 
 async def test_todos_list_filters_and_pages_by_offset_and_show_has_attempts(core, server):

@@ -205,6 +205,14 @@ class VendRequest(Request):
         description="The endpoint is revoked (with its live todos) this long from now; default never.")
 
 
+class EndpointChange(Request):
+    expires_in_seconds: Optional[int] = Field(
+        None, ge=api_tokens.EXPIRES_MIN_SECONDS, le=api_tokens.EXPIRES_MAX_SECONDS,
+        description="Expire this long from now; null: never. Left out: unchanged.")
+    default_lease_ttl_seconds: Optional[int] = Field(
+        None, ge=60, le=86400, description="The default lease of its claims; null: the server's. Left out: unchanged.")
+
+
 class Vended(Reply):
     """The CLI's `endpoint vend --json`: the credential is shown here once and never again."""
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...core import actions, api_tokens, endpoints, hooks, inputs, producer, settings_store, todos
+from ...core import actions, api_tokens, endpoint_terms, endpoints, hooks, inputs, producer, settings_store, todos
 from ...core.api_tokens import TokenCaller
 from ...core.errors import Invalid
 from . import models as m
@@ -120,6 +120,11 @@ async def list_endpoints(call: Call) -> Response:
 async def show_endpoint(call: Call) -> Response:
     row = await endpoints.get_for_human(call.core, call.human, call.path("slug"))
     return json_reply({"endpoint": _with_url(call, endpoints.public(row))})
+
+
+async def change_endpoint(call: Call) -> Response:
+    out = await endpoint_terms.change(call.core, call.human, call.path("slug"), **call.fields())
+    return json_reply({"endpoint": _with_url(call, out)})
 
 
 async def revoke_endpoint(call: Call) -> Response:
@@ -274,6 +279,9 @@ OPERATIONS: list[Operation] = [
               m.EndpointList, description="Never a credential, only its display prefix."),
     Operation("GET", "/api/v1/endpoints/{slug}", "endpoint_show", "endpoints", "Show an endpoint", show_endpoint,
               m.EndpointReply),
+    Operation("PATCH", "/api/v1/endpoints/{slug}", "endpoint_change", "endpoints", "Change an endpoint's expiry or "
+              "default lease", change_endpoint, m.EndpointReply, body=m.EndpointChange,
+              description="Only the fields sent change. A revoked endpoint is a conflict (409)."),
     Operation("POST", "/api/v1/endpoints/{slug}/revoke", "endpoint_revoke", "endpoints", "Revoke an endpoint",
               revoke_endpoint, m.RevokedEndpoint,
               description="Its credential stops working at once and its live todos become dead letters. "

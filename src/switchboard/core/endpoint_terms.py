@@ -1,0 +1,47 @@
+"""An endpoint's terms its owner may change while it is active: when it expires and its default
+lease. A change of expiry reaches every serving process through migration 0008's notification, like
+a revocation; past the new expiry the sweep revokes the endpoint with its cascade."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .endpoints import get_for_human, public
+from .errors import Conflict, Invalid
+from .models import Core, HumanCaller
+from .queries import Q
+
+EXPIRES_MIN_SECONDS = 60
+EXPIRES_MAX_SECONDS = 10 * 366 * 86400
+LEASE_MIN_SECONDS, LEASE_MAX_SECONDS = 60, 86400
+UNSET = object()
+
+
+def _seconds(value: Any, argument: str, low: int, high: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise Invalid(f"{argument} must be null or an integer from {low} to {high}", argument=argument)
+    return value
+
+
+async def change(core: Core, human: HumanCaller, slug: Any, *, expires_in_seconds: Any = UNSET,
+                 default_lease_ttl_seconds: Any = UNSET) -> dict:
+    """Set (or clear, with None) the expiry, `expires_in_seconds` from now, and the default lease of
+    one of the human's active endpoints; a field left out stays as it is. A revoked endpoint is a
+    conflict; another human's is not_found."""
+    set_expiry, set_lease = expires_in_seconds is not UNSET, default_lease_ttl_seconds is not UNSET
+    expires = _seconds(expires_in_seconds, "expires_in_seconds", EXPIRES_MIN_SECONDS,
+                       EXPIRES_MAX_SECONDS) if set_expiry else None
+    lease = _seconds(default_lease_ttl_seconds, "default_lease_ttl_seconds", LEASE_MIN_SECONDS,
+                     LEASE_MAX_SECONDS) if set_lease else None
+    row = await get_for_human(core, human, slug)
+    async with core.pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(Q.endpoint_terms.update, {
+            "id": row["id"], "set_expiry": set_expiry, "expires_in": expires, "set_lease": set_lease,
+            "lease": lease})
+        if await cur.fetchone() is None:
+            raise Conflict("endpoint is revoked", argument="slug")
+        cur = await conn.execute(Q.endpoints.by_id, {"id": row["id"]})
+        fresh = await cur.fetchone()
+    return public(fresh)
