@@ -240,6 +240,13 @@ async def test_settings_are_for_admins(core, server):
         assert r.status_code == 400 and r.json()["error"]["argument"] == argument, body
     assert api.call("PUT", "/settings/nosuch", {"value": 1}).status_code == 404
     assert await fingerprint(core) == before
+    assert bob.post("/sweeps").status_code == 403 and read_api.post("/sweeps").status_code == 403
+    caller = endpoints.caller_from_row(await endpoints.resolve_credential(core, agent.credential))
+    t = await push(core, agent, queue="build")
+    await todos.claim(core, caller, t["id"], lease_ttl_seconds=1)
+    await sql(core, "UPDATE todos SET lease_expires_at = now() - interval '1 second' WHERE id = %(id)s", {"id": t["id"]})
+    r = api.post("/sweeps")
+    assert r.status_code == 200 and r.json()["reaped"] == 1
     await api_tokens.set_admin(core, other.human, True)
     assert bob.get("/settings").status_code == 200
 

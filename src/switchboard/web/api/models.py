@@ -313,6 +313,15 @@ class SettingRequest(Request):
     value: int
 
 
+class SweepReport(Reply):
+    """The CLI's `sweep --once --json`: what one pass did."""
+
+    reaped: int
+    requeued: int
+    expired_endpoints: int
+    retention_deleted: int
+
+
 # ----------------------------------------------------------------------------------------- tokens
 
 class Token(Reply):

@@ -45,7 +45,7 @@ TAGS = [
     ("endpoints", "Agents' MCP endpoints: vend (the credential shown once), list, show, revoke."),
     ("todos", "Push, list, show and act on todos as their owner (the owner-action table)."),
     ("hooks", "Notify hooks: signed webhooks of an endpoint's todo events."),
-    ("settings", "Operator settings kept in the database (admins only)."),
+    ("settings", "Operator settings kept in the database, and a sweep on demand (admins only)."),
     ("tokens", "Your own API tokens, with a scope and an expiry."),
 ]
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}}

@@ -15,7 +15,8 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...core import actions, api_tokens, endpoint_terms, endpoints, hooks, inputs, producer, settings_store, todos
+from ...core import (actions, api_tokens, endpoint_terms, endpoints, hooks, inputs, producer, settings_store,
+                    sweeps, todos)
 from ...core.api_tokens import TokenCaller
 from ...core.errors import Invalid
 from . import models as m
@@ -231,6 +232,11 @@ async def set_setting(call: Call) -> Response:
     return json_reply({key: await settings_store.set_value(call.core, key, call.body.value)})
 
 
+async def sweep_now(call: Call) -> Response:
+    report = await sweeps.sweep_once(call.core)
+    return json_reply(report.as_dict())
+
+
 # ----------------------------------------------------------------------------------------- tokens
 
 async def create_token(call: Call) -> Response:
@@ -320,6 +326,9 @@ OPERATIONS: list[Operation] = [
               m.SettingsMap, admin=True),
     Operation("PUT", "/api/v1/settings/{key}", "settings_set", "settings", "Change an operator setting",
               set_setting, m.SettingsMap, body=m.SettingRequest, admin=True),
+    Operation("POST", "/api/v1/sweeps", "sweep_once", "settings", "Run the sweeps once", sweep_now, m.SweepReport,
+              admin=True, description="The reaper, retry scheduler, endpoint expiry and retention, once, now "
+                                      "(`switchboard sweep --once`); the server also runs them on its own."),
     # tokens
     Operation("POST", "/api/v1/tokens", "token_create", "tokens", "Create an API token", create_token,
               m.TokenCreated, status=201, body=m.TokenRequest,
