@@ -218,7 +218,8 @@ def _sub(sql: str, old: str, new: str, what: str) -> str:
 def lever_statements(lever: str) -> dict[str, str]:
     """claim_next_one and complete with `lever` pulled: cap (no settings read: the cap as a constant),
     prior (no prior-attempts read for a first attempt), narrow (only the columns the caller reads),
-    all (the three)."""
+    all (the three). Two more only measure what a guarantee costs and are not candidates: arms (the
+    pending arm alone, no takeovers or due retries) and live (no endpoint liveness check)."""
     claim, complete = Q.todos.claim_next_one, Q.todos.complete
     if lever in ("cap", "all"):
         claim = _sub(claim, _CAP_READ, "SELECT 50 AS n", "cap")
@@ -226,6 +227,13 @@ def lever_statements(lever: str) -> dict[str, str]:
         claim = _sub(claim, _PRIOR_START, "       CASE WHEN c.attempts_total = 1 THEN '[]'::jsonb ELSE\n"
                      + _PRIOR_START.lstrip(), "prior")
         claim = _sub(claim, _PRIOR_END, "ORDER BY z.seq DESC LIMIT 5) p) END AS prior_attempts", "prior")
+    if lever == "arms":  # measurement only: the pending arm alone (drops the takeover and retry arms)
+        start = claim.index("\nUNION ALL\n")
+        end = claim.index(") x\n", start)
+        claim = claim[:start] + claim[end:]
+    if lever == "live":  # measurement only: without the per-statement endpoint liveness check
+        claim = claim.replace(" AND switchboard_endpoint_live(%(endpoint_id)s::uuid)", "")
+        complete = complete.replace(" AND switchboard_endpoint_live(%(endpoint_id)s::uuid)", "")
     if lever in ("narrow", "all"):
         x_cols = ", ".join(f"x.{c}" for c in TODO_COLUMNS.split(", "))
         c_cols = ", ".join(f"c.{c}" for c in TODO_COLUMNS.split(", "))
@@ -237,7 +245,7 @@ def lever_statements(lever: str) -> dict[str, str]:
     return {"claim_next_one": claim, "complete": complete}
 
 
-LEVERS = ("cap", "prior", "narrow", "all")
+LEVERS = ("cap", "prior", "narrow", "all", "arms", "live")
 
 
 def _fragments() -> dict[str, str]:
@@ -816,7 +824,8 @@ async def main(args: argparse.Namespace) -> int:
             "",
             "per-claim levers: claim_next + complete cycles/s with one lever pulled (ratio to core, median of"
             " per-round ratios): cap = no settings read per claim, prior = no prior-attempts read for a first"
-            " attempt, narrow = only the columns the caller reads, all = the three",
+            " attempt, narrow = only the columns the caller reads, all = the three; measurement only: arms ="
+            " the pending arm alone, live = no endpoint liveness check",
             fmt_table(lrows, ["workers", "core"] + [f"lever-{lv}" for lv in LEVERS]),
         ]
     if lat is None:
