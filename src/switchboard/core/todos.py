@@ -252,6 +252,9 @@ async def claim_next_batch(core: Core, caller: EndpointCaller, *, max_todos: int
     try:
         cur = await conn.execute(sql, params)
         rows = await cur.fetchall()
+    except psycopg.errors.ExclusionViolation:
+        # As for one claim: a racing transition opened an attempt first; nothing of the batch committed.
+        raise Conflict(op="claim_next") from None
     finally:
         await core.pool.putconn(conn)
     out = []
