@@ -118,6 +118,14 @@ async def test_endpoints_vend_list_show_revoke_with_expiry(core, server):
     assert 3500 < left.total_seconds() <= 3600
     assert (await endpoints.resolve_credential(core, vended["credential"]))["slug"] == vended["slug"]
 
+    before = await fingerprint(core)
+    for body, argument in (({"agent": "a", "queues": ["bad queue"]}, "queues"), ({"agent": "a", "verbs": ["fly"]}, "verbs"),
+                           ({"agent": ""}, "agent"), ({"agent": "a", "lease_ttl": 59}, "lease_ttl"),
+                           ({"agent": "a\x07"}, "agent"), ({"agent": "a", "expires_in_seconds": 1}, "expires_in_seconds")):
+        r = api.post("/endpoints", body)
+        assert r.status_code == 400 and r.json()["error"]["argument"] == argument, (body, r.text)
+    assert await fingerprint(core) == before
+
     listed = api.get("/endpoints").json()["endpoints"]
     assert {e["slug"] for e in listed} == {agent.slug, vended["slug"]}
     assert all("credential" not in e and e["mcp_url"].endswith(e["slug"]) for e in listed)

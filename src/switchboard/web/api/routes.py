@@ -104,9 +104,14 @@ async def vend(call: Call) -> Response:
     f = call.fields()
     seconds = f.get("expires_in_seconds")
     expires_at = datetime.now(timezone.utc) + timedelta(seconds=seconds) if seconds else None
-    ep, credential = await endpoints.vend(call.core, call.human, agent=f.get("agent"), queues=f.get("queues"),
-                                          verbs=f.get("verbs"), lease_ttl=f.get("lease_ttl"),
-                                          expires_at=expires_at)
+    try:
+        ep, credential = await endpoints.vend(call.core, call.human, agent=f.get("agent"), queues=f.get("queues"),
+                                              verbs=f.get("verbs"), lease_ttl=f.get("lease_ttl"),
+                                              expires_at=expires_at)
+    except Invalid as exc:  # the core names one queue or verb (the CLI's repeatable flags); the body has lists
+        if exc.argument in ("queue", "verb"):
+            exc.argument += "s"
+        raise
     out = {"endpoint_id": ep["endpoint_id"], "slug": ep["slug"], "agent": ep["agent"], "queues": ep["queues"],
            "verbs": ep["verbs"], "mcp_url": _mcp_url(call, ep["slug"]), "credential": credential,
            "expires_at": ep["expires_at"]}
