@@ -158,6 +158,22 @@ async def test_a_fenced_batch_gives_each_todo_its_own_token(core):
     assert await check(core) == []
 
 
+async def test_a_batch_refused_at_commit_is_a_conflict_and_claims_nothing(core):
+    """One statement: when the one-open-attempt constraint refuses one todo's new attempt at commit,
+    none of the batch is claimed (here a stray open attempt was planted on a pending todo)."""
+    from switchboard.core.errors import Conflict
+
+    w = await make_world(core)
+    made = [(await w.todo(f"p{i}"))["id"] for i in range(3)]
+    await sql(core, "INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, owner, claimed_at,"
+                    " lease_expires_at) VALUES (%s, 7, 1, 'owner', 'planted', now(), now())", (made[1],))
+    with pytest.raises(Conflict):
+        await todos.claim_next_batch(core, w.e1, max_todos=3)
+    for t in made:
+        assert (await todo_row(core, t))["state"] == "pending"
+    assert [len(await attempt_rows(core, t)) for t in made] == [0, 1, 0]
+
+
 # ------------------------------------------------------------------------------------------ closes
 
 async def test_complete_batch_closes_each_attempt_as_complete_does(core):
