@@ -193,10 +193,15 @@ def _model_table(name: str, defs: dict) -> str:
         rows.append(
             f"<tr><td><code>{html.escape(prop)}</code>{' (required)' if prop in required else ''}</td>"
             f"<td>{html.escape(_schema_text(schema, defs))}</td><td>{html.escape(_limits(schema))}</td>"
-            f"<td>{html.escape(schema.get('description', ''))}</td></tr>")
+            f"<td>{_text(schema.get('description', ''))}</td></tr>")
     return (f"<table id=\"schema-{html.escape(name)}\"><caption>{html.escape(name)}</caption><thead><tr>"
             "<th scope=\"col\">field</th><th scope=\"col\">type</th><th scope=\"col\">limits</th>"
             "<th scope=\"col\">meaning</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def _text(value: str) -> str:
+    """Escaped text with `code` spans as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(value))
 
 
 def render_page(doc: dict) -> str:
@@ -217,7 +222,7 @@ def render_page(doc: dict) -> str:
                          + (" (admins only)" if op.get("x-admin") else "")
                          + (" (needs a write token)" if method != "get" else "") + "</p>")
             if op.get("description"):
-                parts.append(f"<p>{esc(op['description'])}</p>")
+                parts.append(f"<p>{_text(op['description'])}</p>")
             params = op.get("parameters", [])
             if params:
                 parts.append("<table><caption>parameters</caption><thead><tr><th scope=\"col\">name</th>"
@@ -225,7 +230,7 @@ def render_page(doc: dict) -> str:
                              "</tr></thead><tbody>")
                 for p in params:
                     parts.append(f"<tr><td><code>{esc(p['name'])}</code></td><td>{esc(p['in'])}</td>"
-                                 f"<td>{esc(_schema_text(p['schema'], defs))}</td><td>{esc(p.get('description', ''))}"
+                                 f"<td>{esc(_schema_text(p['schema'], defs))}</td><td>{_text(p.get('description', ''))}"
                                  "</td></tr>")
                 parts.append("</tbody></table>")
             body = op.get("requestBody")
@@ -233,15 +238,16 @@ def render_page(doc: dict) -> str:
                 ref = body["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
                 used.append(ref)
                 parts.append(f"<p>Body: <a href=\"#schema-{esc(ref)}\"><code>{esc(ref)}</code></a></p>")
-            answers = []
+            answers, refusals = [], []
             for status, resp in op["responses"].items():
+                if status.startswith(("4", "5")):
+                    refusals.append(f"<a href=\"#status-{esc(status)}\">{esc(status)}</a>")
+                    continue
                 schema = resp.get("content", {}).get("application/json", {}).get("schema", {})
                 ref = schema.get("$ref", "").rsplit("/", 1)[-1]
-                if ref and not status.startswith(("4", "5")):
-                    used.append(ref)
-                link = f" <a href=\"#schema-{esc(ref)}\"><code>{esc(ref)}</code></a>" if ref else ""
-                answers.append(f"<li><code>{esc(status)}</code>{link}: {esc(resp['description'])}</li>")
-            parts.append("<ul>" + "".join(answers) + "</ul>")
+                used.append(ref)
+                answers.append(f"<code>{esc(status)}</code> <a href=\"#schema-{esc(ref)}\"><code>{esc(ref)}</code></a>")
+            parts.append(f"<p>Answer: {', '.join(answers)}. Refusals: {', '.join(refusals)}.</p>")
         parts.append("</section>")
         sections.append("".join(parts))
     used.append("ErrorReply")
@@ -264,11 +270,15 @@ def render_page(doc: dict) -> str:
         f"<title>{esc(doc['info']['title'])} reference</title>"
         "<link rel=\"stylesheet\" href=\"/api/v1/docs.css\"></head><body><main>"
         f"<h1>{esc(doc['info']['title'])} <small>{esc(doc['info']['version'])}</small></h1>"
-        f"<p>{esc(doc['info']['description'])}</p>"
+        f"<p>{_text(doc['info']['description'])}</p>"
         "<p>The machine-readable document: <a href=\"/api/v1/openapi.json\">/api/v1/openapi.json</a> "
-        "(OpenAPI 3.1). Errors are <code>{\"error\": {\"code\", \"message\", \"argument\"}}</code>.</p>"
+        "(OpenAPI 3.1).</p>"
         "<nav aria-label=\"contents\"><ul>" + "".join(toc)
-        + "<li><a href=\"#schemas\">bodies</a></li></ul></nav>"
+        + "<li><a href=\"#errors\">errors</a></li><li><a href=\"#schemas\">bodies</a></li></ul></nav>"
+        "<section aria-labelledby=\"errors\"><h2 id=\"errors\">Errors</h2><p>Every refusal is "
+        "<code>{\"error\": {\"code\", \"message\", \"argument\"}}</code> and changes nothing.</p><dl>"
+        + "".join(f"<dt id=\"status-{s}\"><code>{s}</code></dt><dd>{_text(t)}</dd>" for s, t in ERRORS.items())
+        + "</dl></section>"
         + "".join(sections)
         + "<section aria-labelledby=\"schemas\"><h2 id=\"schemas\">Bodies</h2>" + models + "</section>"
         "</main></body></html>")
