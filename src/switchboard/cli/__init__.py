@@ -17,6 +17,7 @@ from ..core.inputs import LIST_LIMIT_DEFAULT, OWNER_LIST_LIMIT_MAX
 from ..core.states import TODO_STATES
 from ..relay import cli as relay_cli
 from . import hook as hook_cli
+from . import sink as sink_cli
 from . import intake as intake_cli
 from .account import token_app, user_app
 from .common import EXIT_USAGE, emit, fail_usage, human, read_json_arg, run, settings, usage_error
@@ -34,6 +35,7 @@ app.add_typer(settings_app, name="settings")
 
 # Command groups that live beside their own feature (notify hooks, relay) plug in here.
 app.add_typer(hook_cli.app, name="hook")
+app.add_typer(sink_cli.app, name="sink")
 app.add_typer(intake_cli.app, name="intake")
 app.add_typer(relay_cli.app, name="relay")
 

@@ -1,4 +1,4 @@
-"""`switchboard hook add|list|remove|deliveries`: notify hooks (signed outbound webhooks) of an
+"""`switchboard hook add|list|remove|enable|deliveries`: notify hooks (signed outbound webhooks) of an
 endpoint's todo events. The signing secret is printed once, by `add`."""
 
 from __future__ import annotations
@@ -70,6 +70,19 @@ def hook_remove(hook_id: str = typer.Argument(..., metavar="ID"), user: Optional
 
     removed = run(work)
     emit({"removed": removed}, as_json, lambda o: typer.echo(f"removed hook {o['removed']['hook_id']}"))
+
+
+@app.command("enable")
+def hook_enable(hook_id: str = typer.Argument(..., metavar="ID"), user: Optional[str] = UserOpt,
+                as_json: bool = JsonOpt) -> None:
+    """Turn a hook disabled after repeated failures back on (its failure count starts again at 0)."""
+    from ..core import hooks
+
+    async def work(core):
+        return await hooks.enable(core, await human(core, user), hook_id)
+
+    hook = run(work)
+    emit({"hook": hook}, as_json, lambda o: typer.echo(f"enabled hook {o['hook']['hook_id']}"))
 
 
 @app.command("deliveries")

@@ -248,6 +248,22 @@ async def remove(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = No
     return public(row)
 
 
+async def enable(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = None) -> dict:
+    """Turn a disabled hook of one of the human's endpoints back on: the failure count and the
+    disabled reason are cleared, and notifications are queued for it again from now on (the ones
+    failed while it was off stay failed). Enabling an enabled hook changes nothing. Another human's
+    hook and an unknown id are the same not_found."""
+    hid = _hook_id(hook_id)
+    if slug is not None:
+        await get_for_human(core, human, slug)
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.hooks.enable_for_human, {"id": hid, "human_id": human.human_id, "slug": slug})
+        row = await cur.fetchone()
+    if row is None:
+        raise NotFound("notify hook not found", argument="hook_id")
+    return public(row)
+
+
 async def deliveries(core: Core, human: HumanCaller, *, slug: Any = None, hook_id: Any = None,
                      limit: int = 50, with_attempts: bool = False) -> list[dict]:
     """The delivery log of the human's hooks, newest first (for the Board, the CLI and the API)."""

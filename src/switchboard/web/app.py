@@ -40,6 +40,8 @@ from . import intake_api as web_intake_api
 from . import intake_hook as web_intake_hook
 from . import metrics as web_metrics
 from . import security as web_security
+from . import sinks as web_sinks
+from . import sinks_api as web_sinks_api
 from .board.kit import Board
 
 log = logging.getLogger("switchboard.web")
@@ -61,6 +63,7 @@ class Surfaces:
     a2ui: mcp_a2ui.A2uiResources | None
     doorbell: mcp_doorbell.Doorbell
     board: Board
+    sinks: web_sinks.SinkSender | None = None
 
 
 def _build(name: str, make: Callable[[], T]) -> T:
@@ -83,12 +86,15 @@ def compose(runtime: Runtime) -> tuple[Surfaces, list[Component]]:
     doorbell = _build("doorbell", lambda: mcp_doorbell.Doorbell(
         runtime, listener=runtime.listener, mcp=mcp, count_rings=metrics.metrics.doorbell_rings))
     board = _build("board", lambda: web_board.build(runtime))
+    sinks = _build("sinks", lambda: web_sinks.SinkSender(runtime))
     intake = _build("intake", lambda: web_intake_hook.IntakeReceiver(runtime, registry=metrics.metrics.registry))
     metrics.metrics.registry.register(mcp.gateway.sessions_cap)  # live MCP sessions, evictions
-    surfaces = Surfaces(metrics=metrics, hooks=hooks, mcp=mcp, a2ui=a2ui, doorbell=doorbell, board=board)
+    surfaces = Surfaces(metrics=metrics, hooks=hooks, mcp=mcp, a2ui=a2ui, doorbell=doorbell, board=board,
+                        sinks=sinks)
     components = [
         web_metrics.component(metrics),
         web_hooks.component(hooks),
+        web_sinks_api.component(sinks),
         mcp_server.component(mcp),
         mcp_doorbell.component(doorbell),
         web_api.component(),

@@ -7,7 +7,7 @@ attempt recorded (`core.hooks.record_attempt`).
 - Signed with Standard Webhooks headers (`webhook-id` = the row's message id, the same on every
   attempt; `webhook-timestamp`; `webhook-signature`) by the `standardwebhooks` package.
 - Body: the row's JSON, at most 4 KiB (a long final summary is cut further to fit), never a payload.
-- Targets: https only; the host is resolved before every attempt and every address must be globally
+- Targets (web/outbound.py, shared with the notification sinks): https only; the host is resolved before every attempt and every address must be globally
   routable (`core.hooks.address_refusal`: the standard library's `is_global`, after unwrapping the
   IPv4 address inside IPv4-mapped, 6to4, Teredo and NAT64 forms); the request goes to the checked address with
   TLS verifying the host name, so a second lookup cannot redirect it. Redirects are not followed.
@@ -16,8 +16,13 @@ attempt recorded (`core.hooks.record_attempt`).
   errors, timeouts, 408, 429 and 5xx; other answers and refused targets fail at once.
 - At most PER_HOOK requests in flight per hook and GLOBAL in all; each attempt times out.
 
+- After ten notifications in a row end `failed`, the hook is disabled (`disabled_reason`
+  `consecutive_failures`); its owner re-enables it (`POST …/hooks/{hook_id}/enable`,
+  `switchboard hook enable ID`), which clears the failure count.
+
 API. `/api/v1/endpoints/{slug}/hooks` (GET list, POST add → the secret, shown once),
-`/api/v1/endpoints/{slug}/hooks/{hook_id}` (DELETE), `/api/v1/endpoints/{slug}/hooks/deliveries`
+`/api/v1/endpoints/{slug}/hooks/{hook_id}` (DELETE), `/api/v1/endpoints/{slug}/hooks/{hook_id}/enable`
+(POST), `/api/v1/endpoints/{slug}/hooks/deliveries`
 (GET the delivery log), with a human API token (`Authorization: Bearer sbh_…`).
 """
 
@@ -28,12 +33,9 @@ import contextlib
 import json
 import logging
 import random
-import socket
-import ssl
 import time
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from standardwebhooks import Webhook
@@ -51,7 +53,9 @@ from .api import _body as read_body
 from .api import _route as human_route
 from ..db.listen import ReadyListener
 from ..runtime import Component, Runtime
+from . import outbound
 from .metrics import Metrics
+from .outbound import Refused, classify  # noqa: F401 - the names this module has always offered
 
 log = logging.getLogger("switchboard.hooks")
 
@@ -61,19 +65,11 @@ GLOBAL = 16
 LEASE_SECONDS = 60.0
 MIN_PUMP_INTERVAL = 0.05  # seconds between two outbox scans
 POLL_SECONDS = 1.0
-CONNECT_TIMEOUT = 5.0
-ATTEMPT_TIMEOUT = 10.0
-RESPONSE_READ_MAX = 64 * 1024
 PRUNE_EVERY_SECONDS = 3600.0
 KEEP_DAYS = 7
-RETRYABLE_STATUS = (408, 429)
 BODY_ORDER = ("type", "reason", "todo_id", "queue", "kind", "source", "title", "endpoint", "attempt",
               "attempts_total", "final_attempt", "created_at")
 WAKING_VERBS = frozenset({"create", "complete", "fail", "release", "reap", "requeue", "retry", "revoke"})
-
-
-class Refused(Exception):
-    """The target may not be contacted (scheme or address class)."""
 
 
 def render_body(body: dict) -> str:
@@ -98,19 +94,6 @@ def render_body(body: dict) -> str:
             break
         text = dump()
     return text
-
-
-def classify(status: int) -> tuple[str, bool]:
-    """(result class, retry?) for an HTTP status."""
-    if 200 <= status < 300:
-        return "2xx", False
-    if 300 <= status < 400:
-        return "3xx", False
-    if status in RETRYABLE_STATUS:
-        return "4xx", True
-    if 400 <= status < 500:
-        return "4xx", False
-    return "5xx", True
 
 
 class HookSender:
@@ -140,10 +123,7 @@ class HookSender:
     # ------------------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        self._client = httpx.AsyncClient(
-            follow_redirects=False, trust_env=False,
-            timeout=httpx.Timeout(ATTEMPT_TIMEOUT, connect=CONNECT_TIMEOUT),
-            limits=httpx.Limits(max_connections=GLOBAL, max_keepalive_connections=GLOBAL))
+        self._client = outbound.new_client(GLOBAL)
         self._unsubscribe = self.runtime.core.bus.subscribe(self.on_event)
         if self.listener is not None:
             self._unlisten = self.listener.subscribe(on_batch=self.on_wakeups)
@@ -234,71 +214,20 @@ class HookSender:
 
     # --------------------------------------------------------------------------------- attempt
 
-    async def _resolve(self, host: str, port: int) -> str:
-        """Resolve and check the target; the address to connect to."""
-        loop = asyncio.get_running_loop()
-        try:
-            infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), CONNECT_TIMEOUT)
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise httpx.ConnectError(f"cannot resolve host: {type(exc).__name__}") from None
-        addresses = [info[4][0] for info in infos]
-        if not addresses:
-            raise httpx.ConnectError("host has no address")
-        if not self.allow_private:
-            for address in addresses:
-                why = core_hooks.address_refusal(address)
-                if why:
-                    raise Refused(f"target resolves to a {why}")
-        return addresses[0]
-
     async def send_once(self, row: dict) -> tuple[str, int | None, str | None, bool]:
         """One HTTP attempt: (result class, status code, error class, retry?)."""
-        parts = urlsplit(row["url"])
-        try:
-            if parts.scheme != "https" and not (self.allow_private and parts.scheme == "http"):
-                raise Refused("target must use https")
-            if core_hooks.control_characters(row["url"]):  # stored before registration refused them
-                raise Refused("target URL holds control characters")
-            host = parts.hostname or ""
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            address = await self._resolve(host, port)
-        except Refused as exc:
-            return "rejected_ssrf", None, str(exc), False
-        except httpx.ConnectError as exc:
-            return "network", None, str(exc), True
-        ip_host = f"[{address}]" if ":" in address else address
-        pinned = urlunsplit((parts.scheme, f"{ip_host}:{port}", parts.path or "/", parts.query, ""))
         body = render_body(dict(row["body"]))
         now = datetime.now(timezone.utc)
         headers = {
-            "host": parts.netloc.rsplit("@", 1)[-1],
             "content-type": "application/json",
             "user-agent": f"switchboard/{__version__}",
             "webhook-id": row["message_id"],
             "webhook-timestamp": str(int(now.timestamp())),
             "webhook-signature": Webhook(row["secret"]).sign(row["message_id"], now, body),
         }
-        extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
-        assert self._client is not None
-        try:
-            async with asyncio.timeout(ATTEMPT_TIMEOUT + 1):
-                async with self._client.stream("POST", pinned, content=body.encode("utf-8"), headers=headers,
-                                               extensions=extensions) as resp:
-                    read = 0
-                    async for chunk in resp.aiter_raw():
-                        read += len(chunk)
-                        if read >= RESPONSE_READ_MAX:
-                            break
-                    status = resp.status_code
-        except (httpx.TimeoutException, asyncio.TimeoutError):
-            return "timeout", None, "timeout", True
-        except httpx.HTTPError as exc:
-            cause = exc.__cause__ or exc.__context__
-            if isinstance(cause, ssl.SSLError) or "SSL" in type(cause).__name__ or "certificate" in str(exc).lower():
-                return "tls", None, "tls", True
-            return "network", None, type(exc).__name__, True
-        result, retry = classify(status)
-        return result, status, None if result == "2xx" else f"HTTP {status}", retry
+        outcome = await outbound.post(self._client, row["url"], body.encode("utf-8"), headers,
+                                      allow_private=self.allow_private)
+        return outcome.as_tuple()
 
     async def attempt(self, row: dict) -> str:
         """Send one claimed notification and settle it. Returns its state afterwards."""
@@ -354,6 +283,13 @@ async def remove_hook(request: Request, human: HumanCaller) -> Response:
 
 
 @human_route
+async def enable_hook(request: Request, human: HumanCaller) -> Response:
+    hook = await core_hooks.enable(request.app.state.ctx.core, human, request.path_params["hook_id"],
+                                   slug=request.path_params["slug"])
+    return JSONResponse({"hook": hook})
+
+
+@human_route
 async def list_deliveries(request: Request, human: HumanCaller) -> Response:
     try:
         limit = int(request.query_params.get("limit", "50"))
@@ -372,5 +308,6 @@ def component(sender: HookSender) -> Component:
         Route(base, list_hooks, methods=["GET"]),
         Route(base, add_hook, methods=["POST"]),
         Route(base + "/{hook_id}", remove_hook, methods=["DELETE"]),
+        Route(base + "/{hook_id}/enable", enable_hook, methods=["POST"]),
     ]
     return Component(name="hooks", routes=routes, start=sender.start, stop=sender.stop)

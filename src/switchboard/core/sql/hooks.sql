@@ -24,6 +24,15 @@ DELETE FROM notify_hooks h
    AND (%(slug)s::text IS NULL OR e.slug = %(slug)s::text)
 RETURNING h.*
 
+-- name: enable_for_human
+-- Re-enable a hook of one of the human's endpoints; anything else matches nothing (not_found).
+UPDATE notify_hooks h
+   SET enabled = true, consecutive_failures = 0, disabled_reason = NULL, disabled_at = NULL
+  FROM endpoints e, agents g
+ WHERE h.id = %(id)s AND e.id = h.endpoint_id AND g.id = e.agent_id AND g.human_id = %(human_id)s
+   AND (%(slug)s::text IS NULL OR e.slug = %(slug)s::text)
+RETURNING h.*
+
 -- name: deliveries_for_human
 -- The delivery log: the newest notifications of the human's hooks with their latest attempt.
 SELECT o.id, o.message_id, o.hook_id, o.event, o.todo_id, o.state, o.attempts, o.created_at,

@@ -18,7 +18,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from ...runtime import Component, Runtime
-from . import account_pages, endpoint_pages, live, login, queue_pages, todo_pages
+from . import account_pages, endpoint_pages, live, login, notification_pages, queue_pages, todo_pages
 from . import intake_pages
 from .kit import Board, NavLink
 from .sessions import Sessions, load_secret
@@ -32,6 +32,7 @@ def build(runtime: Runtime) -> Board:
     secret = load_secret(settings.secret_key, Path(settings.data_dir))
     board = Board(settings, Sessions(secret, secure=settings.public_base_url.startswith("https://")))
     board.hub = live.LiveHub(board)  # type: ignore[attr-defined]
+    board.nav.append(NavLink("Notifications", "/notifications", "notifications"))
     board.nav.append(NavLink("Intake", "/intakes", "intake"))
     board.nav.append(NavLink("Account", "/account", "account"))
     return board
@@ -51,7 +52,7 @@ def component(board: Board, runtime: Runtime) -> Component:
             unsubscribe.pop()()
 
     routes = [*login.routes(), *todo_pages.routes(), *live.routes(), *endpoint_pages.routes(),
-              *queue_pages.routes(), *account_pages.routes(),
+              *queue_pages.routes(), *account_pages.routes(), *notification_pages.routes(),
               *intake_pages.routes(),
               Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
     return Component(name="board", routes=routes, start=start, stop=stop)

@@ -1,0 +1,203 @@
+-- Notification sinks: the owner's list, the sweep tick's stuck and digest messages, and the outbox
+-- the sender drains (migration 0011).
+
+-- name: lock_owner
+SELECT id FROM humans WHERE id = %(human_id)s FOR UPDATE
+
+-- name: count_for_owner
+SELECT count(*)::int AS n FROM notification_sinks WHERE owner_human_id = %(human_id)s
+
+-- name: insert
+INSERT INTO notification_sinks (owner_human_id, name, kind, url, events, stuck_minutes, digest_hour,
+                                digest_timezone)
+VALUES (%(human_id)s, %(name)s, %(kind)s, %(url)s, %(events)s, %(stuck_minutes)s, %(digest_hour)s,
+        %(timezone)s)
+RETURNING *
+
+-- name: for_owner
+SELECT * FROM notification_sinks WHERE owner_human_id = %(human_id)s ORDER BY created_at, id
+
+-- name: get_for_owner
+SELECT * FROM notification_sinks WHERE id = %(id)s AND owner_human_id = %(human_id)s
+
+-- name: remove_for_owner
+DELETE FROM notification_sinks WHERE id = %(id)s AND owner_human_id = %(human_id)s RETURNING *
+
+-- name: enable_for_owner
+UPDATE notification_sinks
+   SET enabled = true, consecutive_failures = 0, disabled_reason = NULL, disabled_at = NULL
+ WHERE id = %(id)s AND owner_human_id = %(human_id)s
+RETURNING *
+
+-- name: record_test
+UPDATE notification_sinks
+   SET last_attempt_at = now(), last_status = %(status)s, last_error = %(error)s
+ WHERE id = %(id)s
+
+-- name: deliveries_for_owner
+SELECT o.id, o.sink_id, o.event, o.state, o.attempts, o.created_at, o.finished_at, o.last_status_code,
+       o.last_result, o.last_error
+  FROM sink_outbox o JOIN notification_sinks s ON s.id = o.sink_id
+ WHERE s.owner_human_id = %(human_id)s AND (%(sink_id)s::uuid IS NULL OR o.sink_id = %(sink_id)s::uuid)
+ ORDER BY o.id DESC
+ LIMIT %(limit)s
+
+-- name: mark_stuck
+-- A queue is stuck for a sink when one of its todos has been claimable (pending since it was
+-- created or last returned to the queue) for longer than the sink's stuck_minutes: nothing claimed
+-- it in that time. A newly stuck queue is remembered and gets one message; a remembered queue that
+-- is no longer stuck is forgotten (it recovered), so the next episode is reported again.
+WITH stuck AS (
+    SELECT s.id AS sink_id, e.id AS endpoint_id, e.slug AS endpoint, t.queue, s.stuck_minutes,
+           count(*)::int AS pending, min(t.updated_at) AS pending_since
+      FROM notification_sinks s
+      JOIN agents g ON g.human_id = s.owner_human_id
+      JOIN endpoints e ON e.agent_id = g.id AND e.state = 'active'
+      JOIN todos t ON t.endpoint_id = e.id AND t.state = 'pending'
+     WHERE s.enabled AND 'queue_stuck' = ANY(s.events)
+     GROUP BY s.id, e.id, e.slug, t.queue, s.stuck_minutes
+    HAVING min(t.updated_at) < %(now)s::timestamptz - make_interval(mins => s.stuck_minutes)
+), recovered AS (
+    DELETE FROM sink_stuck_queues q
+     WHERE NOT EXISTS (SELECT 1 FROM stuck x WHERE x.sink_id = q.sink_id AND x.endpoint_id = q.endpoint_id
+                                                AND x.queue = q.queue)
+), fresh AS (
+    INSERT INTO sink_stuck_queues (sink_id, endpoint_id, queue, since)
+    SELECT sink_id, endpoint_id, queue, %(now)s::timestamptz FROM stuck
+    ON CONFLICT DO NOTHING
+    RETURNING sink_id, endpoint_id, queue, since
+)
+INSERT INTO sink_outbox (sink_id, event, dedup_key, body)
+SELECT f.sink_id, 'queue_stuck',
+       'queue_stuck:' || f.endpoint_id || ':' || f.queue || ':' || (extract(epoch FROM f.since) * 1000000)::bigint,
+       jsonb_build_object(
+           'endpoint', x.endpoint, 'queue', f.queue, 'pending', x.pending, 'stuck_minutes', x.stuck_minutes,
+           'waiting_minutes', floor(extract(epoch FROM %(now)s::timestamptz - x.pending_since) / 60)::int,
+           'pending_since', to_char(x.pending_since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+  FROM fresh f JOIN stuck x ON x.sink_id = f.sink_id AND x.endpoint_id = f.endpoint_id AND x.queue = f.queue
+ON CONFLICT (sink_id, dedup_key) DO NOTHING
+RETURNING id
+
+-- name: digest_subscribers
+SELECT id, owner_human_id, digest_hour, digest_timezone, digest_last_on
+  FROM notification_sinks WHERE enabled AND 'digest' = ANY(events)
+
+-- name: claim_digest_day
+-- The day's digest is queued once, whichever process gets here first.
+UPDATE notification_sinks SET digest_last_on = %(on)s
+ WHERE id = %(id)s AND digest_last_on IS DISTINCT FROM %(on)s
+RETURNING id
+
+-- name: digest_stats
+-- Per queue of the owner's endpoints over [since, until): todos pushed, done and dead-lettered,
+-- attempts that failed (failed, lease expired or reaped), and how long the oldest pending todo has
+-- waited. Queues with nothing in the window and nothing pending are left out.
+WITH mine AS (
+    SELECT e.id, e.slug FROM endpoints e JOIN agents g ON g.id = e.agent_id WHERE g.human_id = %(human_id)s
+), per_todo AS (
+    SELECT m.slug AS endpoint, t.queue,
+           count(*) FILTER (WHERE t.created_at >= %(since)s AND t.created_at < %(until)s)::int AS pushed,
+           count(*) FILTER (WHERE t.state = 'done' AND t.completed_at >= %(since)s
+                              AND t.completed_at < %(until)s)::int AS done,
+           count(*) FILTER (WHERE t.state = 'failed' AND t.next_retry_at IS NULL AND t.updated_at >= %(since)s
+                              AND t.updated_at < %(until)s)::int AS dead_lettered,
+           min(t.updated_at) FILTER (WHERE t.state = 'pending') AS oldest_pending_since
+      FROM todos t JOIN mine m ON m.id = t.endpoint_id
+     WHERE t.state = 'pending' OR t.updated_at >= %(since)s OR t.created_at >= %(since)s
+     GROUP BY m.slug, t.queue
+), per_attempt AS (
+    SELECT m.slug AS endpoint, t.queue, count(*)::int AS failed
+      FROM todo_attempts a JOIN todos t ON t.id = a.todo_id JOIN mine m ON m.id = t.endpoint_id
+     WHERE a.ended_at >= %(since)s AND a.ended_at < %(until)s
+       AND a.outcome IN ('failed', 'lease_expired', 'reaped')
+     GROUP BY m.slug, t.queue
+)
+SELECT coalesce(p.endpoint, f.endpoint) AS endpoint, coalesce(p.queue, f.queue) AS queue,
+       coalesce(p.pushed, 0) AS pushed, coalesce(p.done, 0) AS done, coalesce(f.failed, 0) AS failed,
+       coalesce(p.dead_lettered, 0) AS dead_lettered,
+       floor(extract(epoch FROM %(until)s::timestamptz - p.oldest_pending_since) / 60)::int AS oldest_pending_minutes
+  FROM per_todo p FULL JOIN per_attempt f ON f.endpoint = p.endpoint AND f.queue = p.queue
+ WHERE coalesce(p.pushed, 0) + coalesce(p.done, 0) + coalesce(f.failed, 0) + coalesce(p.dead_lettered, 0) > 0
+    OR p.oldest_pending_since IS NOT NULL
+ ORDER BY 1, 2
+
+-- name: queue_message
+INSERT INTO sink_outbox (sink_id, event, dedup_key, body)
+VALUES (%(sink_id)s, %(event)s, %(dedup_key)s, %(body)s)
+ON CONFLICT (sink_id, dedup_key) DO NOTHING
+RETURNING id
+
+-- name: claim_due
+-- The sender takes due messages under a short lease (so a crashed sender's rows come back), at
+-- most one per sink and none of the sinks it is still busy with; SKIP LOCKED keeps two processes
+-- from taking the same row.
+WITH due AS (
+    SELECT o.id, o.sink_id, o.next_attempt_at FROM sink_outbox o
+      JOIN notification_sinks s ON s.id = o.sink_id AND s.enabled
+     WHERE o.state = 'pending' AND o.next_attempt_at <= now()
+       AND (o.locked_until IS NULL OR o.locked_until < now())
+       AND NOT (o.sink_id = ANY(%(busy)s::uuid[]))
+     ORDER BY o.next_attempt_at
+     LIMIT 1000
+), ranked AS (
+    SELECT d.id, row_number() OVER (PARTITION BY d.sink_id ORDER BY d.next_attempt_at, d.id) AS rn FROM due d
+), picked AS (
+    SELECT o.id FROM sink_outbox o
+     WHERE o.id IN (SELECT id FROM ranked WHERE rn = 1)
+     ORDER BY o.next_attempt_at, o.id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE sink_outbox o
+   SET locked_until = now() + make_interval(secs => %(lease)s), attempts = o.attempts + 1
+  FROM picked p, notification_sinks s
+ WHERE o.id = p.id AND s.id = o.sink_id
+RETURNING o.id, o.sink_id, o.event, o.body, o.attempts, s.kind, s.url, s.name
+
+-- name: record_attempt
+-- One attempt's outcome: the outbox row (delivered, failed, or due again later) and the sink's
+-- health, in one statement. A sink removed meanwhile matches nothing.
+WITH o AS (
+    UPDATE sink_outbox
+       SET state = %(state)s, locked_until = NULL,
+           next_attempt_at = now() + make_interval(secs => %(retry_in)s),
+           finished_at = CASE WHEN %(state)s <> 'pending' THEN now() END,
+           last_status_code = %(status_code)s, last_result = %(result)s, last_error = %(error)s
+     WHERE id = %(outbox_id)s
+    RETURNING id, sink_id
+)
+UPDATE notification_sinks s
+   SET last_attempt_at = now(), last_status = coalesce(%(status_code)s::text, %(result)s),
+       last_error = %(error)s,
+       consecutive_failures = CASE WHEN %(state)s = 'delivered' THEN 0
+                                   WHEN %(state)s = 'failed' THEN s.consecutive_failures + 1
+                                   ELSE s.consecutive_failures END,
+       enabled = s.enabled AND NOT (%(state)s = 'failed' AND s.consecutive_failures + 1 >= %(disable_after)s),
+       disabled_reason = CASE WHEN s.enabled AND %(state)s = 'failed'
+                                   AND s.consecutive_failures + 1 >= %(disable_after)s
+                              THEN 'disabled after ' || (s.consecutive_failures + 1)
+                                   || ' failed messages in a row; last: '
+                                   || coalesce(%(error)s, %(result)s)
+                              ELSE s.disabled_reason END,
+       disabled_at = CASE WHEN s.enabled AND %(state)s = 'failed'
+                               AND s.consecutive_failures + 1 >= %(disable_after)s
+                          THEN now() ELSE s.disabled_at END
+  FROM o
+ WHERE s.id = o.sink_id
+RETURNING s.enabled
+
+-- name: fail_pending_of_disabled
+UPDATE sink_outbox o SET state = 'failed', finished_at = now(), locked_until = NULL,
+       last_error = coalesce(o.last_error, 'sink disabled')
+  FROM notification_sinks s
+ WHERE s.id = o.sink_id AND NOT s.enabled AND o.state = 'pending'
+
+-- name: prune_finished
+DELETE FROM sink_outbox
+ WHERE id IN (SELECT id FROM sink_outbox
+               WHERE state <> 'pending' AND finished_at < now() - make_interval(days => %(days)s)
+               LIMIT 5000)
+
+-- name: next_due_in
+SELECT extract(epoch FROM min(next_attempt_at) - now())::float AS seconds
+  FROM sink_outbox WHERE state = 'pending'
