@@ -4,7 +4,8 @@ A live server (uvicorn on a free port, the real database) with seeded data: a hu
 token, endpoints with todos in several states, a hook, a second token. Every operation of the
 document gets generated requests, valid ones and invalid ones; about half of them name a seeded
 object instead of a random id, so the handlers run past `not_found` too. The checks: no 5xx, every
-answer matches the document's schema for its status, and every status is one the document lists.
+answer matches the document's schema for its status, every status is one the document lists, and
+every answer has the documented content type and headers.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from hypothesis import strategies as st
 from mcp_support import push, vend
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
+from schemathesis.specs.openapi.checks import (content_type_conformance, response_headers_conformance,
+                                               response_schema_conformance, status_code_conformance)
 
 from switchboard.core import api_tokens, endpoints, hooks, todos
 
 MAX_EXAMPLES = 25  # per operation and mode: about 20 s in all
-CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance]
+CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance, content_type_conformance,
+          response_headers_conformance]
 
 
 @pytest.fixture(scope="module")
