@@ -529,3 +529,22 @@ def test_cli_sink_add_list_test_enable_remove(pg_uri, receiver):
     r = cli("sink", "remove", sink_id, "--user", owner)
     assert r.exit_code == 0 and sink_id in r.stdout
     assert "no notification sinks" in cli("sink", "list", "--user", owner).stdout
+
+
+async def test_the_serving_process_queues_and_sends_on_its_sweep_tick(core, pg_uri, receiver):
+    w = await make_world(core)
+    await sinks.add(core, w.h1, kind="generic", url=receiver.url("/stuck"), events=["queue_stuck"],
+                    stuck_minutes=5, name="ops")
+    t = await w.todo("nobody takes me")
+    await sql(core, "UPDATE todos SET updated_at = now() - interval '6 minutes' WHERE id = %s", (t["id"],))
+    srv = start_thread_server(make_settings(pg_uri, base_url=BASE, sweep_interval_seconds=0.2))
+    try:
+        await receiver.wait(1)
+        [row] = await settled(core, 1)
+    finally:
+        srv.stop()
+    [body] = receiver.bodies("/stuck")
+    assert body["type"] == "queue_stuck" and body["sink"] == "ops"
+    assert body["data"]["queue"] == "inbox" and body["data"]["waiting_minutes"] == 6
+    assert body["board_url"] == f"{BASE}/todos?endpoint={w.slug1}&queue=inbox&state=pending"
+    assert (row["event"], row["state"], row["attempts"]) == ("queue_stuck", "delivered", 1)
