@@ -2,8 +2,8 @@
 through the route's models, the error envelope and status of each code, and one log line a request.
 
 Errors are `{"error": {"code", "message", "argument"?}}` with the status of their code (`STATUS`, the
-one place). A database that did not answer in time is 503 with `Retry-After`; a client that left
-before its answer is logged as 499 (nobody reads the answer).
+one place). A database that did not answer in time (or could not be reached) is 503 with
+`Retry-After`; a client that left before its answer is logged as 499 (nobody reads the answer).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Awaitable, Callable, Iterable
 
+import psycopg
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -200,6 +201,9 @@ async def handle(request: Request, work: Callable[[TokenCaller], Awaitable[Respo
         elif status == 401:
             headers = UNAUTHORIZED_HEADERS
         response = error(status, exc.to_dict(), headers)
+    except psycopg.OperationalError:  # the database is down or unreachable: as a stall, retry later
+        response = error(503, {"code": "unavailable", "message": "database unavailable; retry"},
+                         {"Retry-After": str(RETRY_UNAVAILABLE_SECONDS)})
     except ClientDisconnect:
         response, reason = Response(status_code=499), "client_disconnect"
     except asyncio.CancelledError:
