@@ -548,3 +548,25 @@ async def test_the_serving_process_queues_and_sends_on_its_sweep_tick(core, pg_u
     assert body["data"]["queue"] == "inbox" and body["data"]["waiting_minutes"] == 6
     assert body["board_url"] == f"{BASE}/todos?endpoint={w.slug1}&queue=inbox&state=pending"
     assert (row["event"], row["state"], row["attempts"]) == ("queue_stuck", "delivered", 1)
+
+
+async def test_two_senders_on_one_outbox_send_each_message_once(core, receiver):
+    core.settings = make_settings(core.settings.database_url, base_url=BASE)
+    w = await make_world(core)
+    for n in range(3):
+        await sinks.add(core, w.h1, kind="generic", url=receiver.url(f"/s{n}"), events=["dead_letter"])
+    for n in range(4):
+        await dead_letter(core, w, f"dead {n}")
+    senders = [SinkSender(Runtime(core.settings, core=core)) for _ in range(2)]
+    for s in senders:
+        await s.start()
+    try:
+        await receiver.wait(12)
+        rows = await settled(core, 12)
+        await asyncio.sleep(0.5)
+    finally:
+        for s in senders:
+            await s.stop()
+    assert len(receiver.got) == 12 and {r["state"] for r in rows} == {"delivered"}
+    sent = sorted((path, json.loads(body)["data"]["title"]) for path, _, body in receiver.got)
+    assert sent == sorted((f"/s{n}", f"dead {m}") for n in range(3) for m in range(4))

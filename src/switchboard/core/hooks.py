@@ -146,9 +146,9 @@ def check_url(url: Any, *, allow_private: bool) -> str:
     if not allow_private:
         literal = numeric_host(parts.hostname)
         if literal and (why := address_refusal(literal)):
-            raise Invalid(f"url points at a {why}; hooks go to public https targets only", argument="url")
+            raise Invalid(f"url points at a {why}; webhooks go to public https targets only", argument="url")
         if parts.hostname.rstrip(".").lower() in ("localhost",) or parts.hostname.endswith(".localhost"):
-            raise Invalid("url points at a loopback address; hooks go to public https targets only",
+            raise Invalid("url points at a loopback address; webhooks go to public https targets only",
                           argument="url")
     return url
 
