@@ -1,12 +1,14 @@
-"""The `switchboard` command (SYSTEM.md section 15). Every command is a thin call into the core.
+"""The `switchboard` command (SYSTEM.md section 15). Every command is a thin call into the core, or
+into a remote server's human API (`backend.py`, `remote.py`): each queue command is written once.
 
 `--json` prints exactly one JSON object on stdout. Exit codes: 0 ok, 1 refused (not found, conflict,
-invalid), 2 usage. Commands that act on todos, endpoints and tokens act as one human (`--user`).
+invalid), 2 usage. Locally, commands that act on todos, endpoints and tokens act as one human
+(`--user`, a local-admin act); against a server (`switchboard login`, or `SWITCHBOARD_URL` with
+`SWITCHBOARD_TOKEN`) they act as the API token's human.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Optional
 
 import typer
@@ -19,11 +21,19 @@ from ..relay import cli as relay_cli
 from . import hook as hook_cli
 from . import sink as sink_cli
 from . import intake as intake_cli
+from . import session as session_cli
 from .account import token_app, user_app
-from .common import EXIT_USAGE, emit, fail_usage, human, read_json_arg, run, settings, usage_error
+from .backend import backend
+from .common import EXIT_USAGE, emit, fail_usage, read_json_arg, settings, usage_error
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="Switchboard: a durable work queue for AI agents, spoken over MCP.")
+HELP = ("Switchboard: a durable work queue for AI agents, spoken over MCP.\n\n"
+        "Where commands act: after `switchboard login URL` (or with SWITCHBOARD_URL and SWITCHBOARD_TOKEN set), "
+        "every queue command (endpoint, todo, hook, settings, token, sweep, intake) goes to that server's API "
+        "over HTTP, acting as the token's human. Without a URL, commands work on this machine's database as "
+        "its operator, acting for the human named by --user or SWITCHBOARD_USER (a local-admin act). "
+        "serve, migrate and user always act on this machine's database: they bootstrap a server.")
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help=HELP)
 endpoint_app = typer.Typer(no_args_is_help=True, help="Vend, list and revoke agent endpoints.")
 todo_app = typer.Typer(no_args_is_help=True, help="Push, inspect and steer todos.")
 settings_app = typer.Typer(no_args_is_help=True, help="Operator settings kept in the database.")
@@ -38,6 +48,7 @@ app.add_typer(hook_cli.app, name="hook")
 app.add_typer(sink_cli.app, name="sink")
 app.add_typer(intake_cli.app, name="intake")
 app.add_typer(relay_cli.app, name="relay")
+session_cli.register(app)
 
 
 def _version(value: bool) -> None:
@@ -51,11 +62,13 @@ def _version(value: bool) -> None:
 @app.callback()
 def _top(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
                                       help="Print the version and exit.")) -> None:
-    """Switchboard: a durable work queue for AI agents, spoken over MCP."""
+    pass
 
 
 console = Console()
-UserOpt = typer.Option(None, "--user", help="Act as this human (default: SWITCHBOARD_USER).")
+UserOpt = typer.Option(None, "--user", help="Local-admin act: on this machine's database, act as this human without "
+                                             "their credential (default: SWITCHBOARD_USER). Refused against a "
+                                             "remote server, where the API token's human acts.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object.")
 
 
@@ -64,7 +77,7 @@ JsonOpt = typer.Option(False, "--json", help="Print one JSON object.")
 @app.command()
 def serve(host: Optional[str] = typer.Option(None, help="Listen address (SWITCHBOARD_HOST)."),
           port: Optional[int] = typer.Option(None, help="Port (SWITCHBOARD_PORT).")) -> None:
-    """Migrate, start the sweeps and serve HTTP: health, MCP, the Board and the APIs."""
+    """Migrate, start the sweeps and serve HTTP: health, MCP, the Board and the APIs (on this machine's database)."""
     from ..web.server import serve as run_server
 
     cfg = settings()
@@ -78,7 +91,7 @@ def serve(host: Optional[str] = typer.Option(None, help="Listen address (SWITCHB
 @app.command()
 def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after this migration number."),
             as_json: bool = JsonOpt) -> None:
-    """Apply pending database migrations."""
+    """Apply pending database migrations (this machine's database, even with SWITCHBOARD_URL set)."""
     from ..db.database import Database
 
     async def work() -> list[str]:
@@ -109,10 +122,6 @@ def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after 
 
 # --------------------------------------------------------------------------------------- endpoints
 
-def _mcp_url(slug: str) -> str:
-    return f"{settings().public_base_url}/mcp/{slug}"
-
-
 @endpoint_app.command("vend")
 def endpoint_vend(agent: str = typer.Option(..., "--agent", help="The agent's name (created if new)."),
                   queue: list[str] = typer.Option([], "--queue", help="Granted queue (repeatable; default inbox)."),
@@ -120,15 +129,7 @@ def endpoint_vend(agent: str = typer.Option(..., "--agent", help="The agent's na
                   lease_ttl: Optional[int] = typer.Option(None, "--lease-ttl", help="Default lease, 60-86400 s."),
                   user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
     """Vend an MCP endpoint (URL + credential shown once) for an agent."""
-    from ..core import endpoints
-
-    async def work(core):
-        return await endpoints.vend(core, await human(core, user), agent=agent, queues=queue or None,
-                                    verbs=verb or None, lease_ttl=lease_ttl)
-
-    ep, credential = run(work)
-    out = {"endpoint_id": ep["endpoint_id"], "slug": ep["slug"], "agent": ep["agent"], "queues": ep["queues"],
-           "verbs": ep["verbs"], "mcp_url": _mcp_url(ep["slug"]), "credential": credential}
+    out = backend(user).endpoint_vend(agent=agent, queues=queue or None, verbs=verb or None, lease_ttl=lease_ttl)
 
     def text(o: dict) -> None:
         typer.echo(f"endpoint {o['slug']} for agent {o['agent']}\n  url:        {o['mcp_url']}\n"
@@ -141,12 +142,7 @@ def endpoint_vend(agent: str = typer.Option(..., "--agent", help="The agent's na
 @endpoint_app.command("list")
 def endpoint_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
     """List your endpoints."""
-    from ..core import endpoints
-
-    async def work(core):
-        return await endpoints.list_for_human(core, await human(core, user))
-
-    rows = run(work)
+    out = backend(user).endpoint_list()
 
     def text(o: dict) -> None:
         table = Table("slug", "agent", "queues", "verbs", "state", "last use")
@@ -155,18 +151,27 @@ def endpoint_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> Non
                           e["last_used_at"] or "-")
         console.print(table)
 
-    emit({"endpoints": [dict(e, mcp_url=_mcp_url(e["slug"])) for e in rows]}, as_json, text)
+    emit(out, as_json, text)
+
+
+@endpoint_app.command("show")
+def endpoint_show(slug: str, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Show one of your endpoints (never its credential, only its prefix)."""
+    out = backend(user).endpoint_show(slug)
+
+    def text(o: dict) -> None:
+        e = o["endpoint"]
+        typer.echo(f"endpoint {e['slug']} for agent {e['agent']}  {e['state']}\n  url:     {e['mcp_url']}\n"
+                   f"  queues:  {', '.join(e['queues'])}\n  verbs:   {', '.join(e['verbs'])}\n"
+                   f"  expires: {e.get('expires_at') or 'never'}\n  last use: {e.get('last_used_at') or '-'}")
+
+    emit(out, as_json, text)
 
 
 @endpoint_app.command("revoke")
 def endpoint_revoke(slug: str, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
     """Revoke an endpoint: its credential stops working and its live todos become dead letters."""
-    from ..core import endpoints
-
-    async def work(core):
-        return await endpoints.revoke(core, await human(core, user), slug)
-
-    out = run(work)
+    out = backend(user).endpoint_revoke(slug)
     emit(out, as_json, lambda o: typer.echo(f"revoked {o['slug']}; {o['dead_lettered']} live todo(s) dead-lettered"))
 
 
@@ -188,17 +193,10 @@ def todo_push(slug: str = typer.Argument(..., help="The endpoint whose agents wi
               kind: Optional[str] = typer.Option(None, "--kind", help="A label for the kind of work (free text, shown to agents and on the Board)."),
               user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
     """Put a todo on an endpoint's queue."""
-    from ..core import producer
-
     body = read_json_arg(payload, "payload")
-
-    async def work(core):
-        return await producer.push(core, await human(core, user), slug, title=title, queue=queue, payload=body,
-                                   kind=kind, key=key, max_attempts=max_attempts, assignee=assignee)
-
-    todo, created = run(work)
-    emit({"todo": todo, "created": created}, as_json,
-         lambda o: typer.echo(("created " if created else "exists  ") + _todo_line(o["todo"])))
+    out = backend(user).todo_push(slug, title=title, queue=queue, payload=body, kind=kind, key=key,
+                                  max_attempts=max_attempts, assignee=assignee)
+    emit(out, as_json, lambda o: typer.echo(("created " if o["created"] else "exists  ") + _todo_line(o["todo"])))
 
 
 @todo_app.command("list")
@@ -209,19 +207,8 @@ def todo_list(slug: Optional[str] = typer.Argument(None, help="Only this endpoin
               limit: Optional[int] = typer.Option(None, "--limit", help=f"At most this many rows (default {LIST_LIMIT_DEFAULT}, at most {OWNER_LIST_LIMIT_MAX})."),
               user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
     """List todos, newest first."""
-    from ..core import todos
-
-    async def work(core):
-        h = await human(core, user)
-        if slug:
-            from ..core.endpoints import get_for_human
-
-            await get_for_human(core, h, slug)
-        return await todos.list_for_human(core, h, endpoint=slug, queue=queue, state=state,
-                                          dead_letter=dead_letter, limit=limit)
-
-    rows = run(work)
-    emit({"todos": rows}, as_json, lambda o: [typer.echo(_todo_line(t)) for t in o["todos"]] or
+    out = backend(user).todo_list(slug, state=state, queue=queue, dead_letter=dead_letter, limit=limit)
+    emit(out, as_json, lambda o: [typer.echo(_todo_line(t)) for t in o["todos"]] or
          (typer.echo("no todos") if not o["todos"] else None))
 
 
@@ -246,12 +233,7 @@ def _show_text(t: dict) -> None:
 def todo_show(todo_id: str = typer.Argument(..., metavar="ID"), user: Optional[str] = UserOpt,
               as_json: bool = JsonOpt) -> None:
     """Show a todo with every attempt (the owner's view)."""
-    from ..core import todos
-
-    async def work(core):
-        return await todos.get(core, await human(core, user), todo_id)
-
-    emit(run(work), as_json, _show_text)
+    emit(backend(user).todo_show(todo_id), as_json, _show_text)
 
 
 def _field_option(field) -> tuple[type, object]:  # noqa: ANN001
@@ -283,8 +265,6 @@ def _action_command(action) -> None:  # noqa: ANN001
                inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=JsonOpt)]
 
     def command(**kw) -> None:  # noqa: ANN003
-        from ..core.actions import perform
-
         todo_id, user, as_json = kw.pop("todo_id"), kw.pop("user"), kw.pop("as_json")
         fields = {}
         for field in action.fields:
@@ -293,11 +273,8 @@ def _action_command(action) -> None:  # noqa: ANN001
                 value = read_json_arg(value, field.name)
             if value is not None:
                 fields[field.name] = value
-
-        async def work(core):  # noqa: ANN001, ANN202
-            return await perform(core, await human(core, user), action.name, todo_id, via="cli", **fields)
-
-        emit({"todo": run(work)}, as_json, lambda o: typer.echo(_todo_line(o["todo"])))
+        out = backend(user).todo_act(action.name, todo_id, fields)
+        emit(out, as_json, lambda o: typer.echo(_todo_line(o["todo"])))
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
@@ -320,27 +297,14 @@ _register_actions()
 
 @settings_app.command("get")
 def settings_get(key: Optional[str] = typer.Argument(None), as_json: bool = JsonOpt) -> None:
-    """Show one setting, or all of them."""
-    from ..core import settings_store
-
-    async def work(core):
-        if key:
-            return {key: await settings_store.get(core, key)}
-        return await settings_store.all_settings(core)
-
-    values = run(work)
-    emit(values, as_json, lambda o: [typer.echo(f"{k} = {v}") for k, v in o.items()])
+    """Show one setting, or all of them (on a remote server: admins only)."""
+    emit(backend().settings_get(key), as_json, lambda o: [typer.echo(f"{k} = {v}") for k, v in o.items()])
 
 
 @settings_app.command("set")
 def settings_set(key: str, value: str, as_json: bool = JsonOpt) -> None:
-    """Change a setting."""
-    from ..core import settings_store
-
-    async def work(core):
-        return await settings_store.set_value(core, key, value)
-
-    emit({key: run(work)}, as_json, lambda o: typer.echo(f"{key} = {o[key]}"))
+    """Change a setting (on a remote server: admins only)."""
+    emit(backend().settings_set(key, value), as_json, lambda o: typer.echo(f"{key} = {o[key]}"))
 
 
 # ------------------------------------------------------------------------------------------- sweep
@@ -348,17 +312,10 @@ def settings_set(key: str, value: str, as_json: bool = JsonOpt) -> None:
 @app.command()
 def sweep(once: bool = typer.Option(False, "--once", help="Run one pass and exit."),
           as_json: bool = typer.Option(False, "--json", help="Print one JSON object (the default).")) -> None:
-    """Run the reaper, retry scheduler, endpoint expiry and retention once."""
-    from ..core import sweeps
-
+    """Run the reaper, retry scheduler, endpoint expiry and retention once (on a remote server: admins only)."""
     if not once:
         fail_usage("the sweeps run inside `switchboard serve`; use --once for a single pass")
-
-    async def work(core):
-        return await sweeps.sweep_once(core)
-
-    report = run(work)
-    emit(report.as_dict(), True)
+    emit(backend().sweep(), True)
 
 
 def main() -> None:

@@ -1,10 +1,11 @@
-"""Accounts: `switchboard user add|passwd|disable|enable` and `switchboard token create|list|revoke`.
+"""Accounts: `switchboard user add|passwd|disable|enable|link` and `switchboard token create|list|revoke`.
 
 Passwords come from a prompt on a terminal (asked twice) or from `--password-stdin`; an empty
 password is refused (`user add --no-password` makes a dev-login-only user explicitly), and end of
 input at the prompt is one line on stderr and exit 2. A password change or disabling a user ends
 every Board session of that user; a token revocation takes effect at once in every serving process,
-since every request checks the database.
+since every request checks the database. `user link` ties an OpenID Connect or GitHub identity to a
+user, and `user passwd --clear` removes a password so that only linked identities sign in.
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .common import emit, fail_usage, human, run, settings
+from .backend import backend
+from .common import emit, fail_usage, run, settings
 
-user_app = typer.Typer(no_args_is_help=True, help="Board accounts.")
+user_app = typer.Typer(no_args_is_help=True, help="Board accounts (always on this machine's database).")
 token_app = typer.Typer(no_args_is_help=True, help="Human API tokens (sbh_…).")
 
 console = Console()
-UserOpt = typer.Option(None, "--user", help="Act as this human (default: SWITCHBOARD_USER).")
+UserOpt = typer.Option(None, "--user", help="Local-admin act: on this machine's database, act as this human without "
+                                             "their credential (default: SWITCHBOARD_USER). Refused against a "
+                                             "remote server, where the API token's human acts.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object.")
 PasswordStdinOpt = typer.Option(False, "--password-stdin", help="Read the password from standard input.")
 
@@ -76,11 +80,20 @@ def user_add(name: str, password_stdin: bool = PasswordStdinOpt,
 
 
 @user_app.command("passwd")
-def user_passwd(name: str, password_stdin: bool = PasswordStdinOpt, as_json: bool = JsonOpt) -> None:
-    """Set a user's password; every Board session of that user ends."""
+def user_passwd(name: str, password_stdin: bool = PasswordStdinOpt,
+                clear: bool = typer.Option(False, "--clear",
+                                           help="Remove the password: the user signs in only with a linked "
+                                                "OpenID Connect or GitHub identity."),
+                as_json: bool = JsonOpt) -> None:
+    """Set a user's password (or remove it with --clear); every Board session of that user ends."""
     from ..core import humans
 
+    if clear and password_stdin:
+        fail_usage("--clear and --password-stdin exclude each other")
     settings()
+    if clear:
+        _clear_password(name, as_json)
+        return
     password = read_password(password_stdin)
 
     async def work(core):
@@ -117,52 +130,74 @@ def user_enable(name: str, as_json: bool = JsonOpt) -> None:
     _set_disabled(name, False, as_json)
 
 
+def _clear_password(name: str, as_json: bool) -> None:
+    from ..core import humans, identities
+
+    async def work(core):
+        return await identities.clear_password(core, await humans.by_name(core, name))
+
+    ended = run(work)
+    emit({"user": name, "password": False, "sessions_ended": ended}, as_json,
+         lambda o: typer.echo(f"password removed for {name}; {ended} Board session(s) ended"))
+
+
+@user_app.command("link")
+def user_link(name: str,
+              issuer: str = typer.Option(..., "--issuer", help="The provider's issuer: the OIDC issuer URL "
+                                                              "exactly as in its ID tokens, or https://github.com."),
+              subject: str = typer.Option(..., "--subject", help="The identity's subject at that issuer (for "
+                                                                 "GitHub the numeric user id)."),
+              as_json: bool = JsonOpt) -> None:
+    """Link a sign-in identity (issuer and subject) to an existing user; signing in with it then signs in
+    as that user. Works on the local database only."""
+    from ..core import humans, identities
+
+    settings()
+
+    async def work(core):
+        return await identities.link(core, await humans.by_name(core, name), issuer, subject)
+
+    row = run(work)
+    emit({"user": name, **row}, as_json,
+         lambda o: typer.echo(f"linked {o['issuer']} subject {o['subject']} to {name}"))
+
+
 # ------------------------------------------------------------------------------------------ tokens
 
 @token_app.command("create")
-def token_create(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
-    """Create a human API token (shown once) for the producer API and the relay."""
-    from ..core import humans
-
-    async def work(core):
-        return await humans.create_token(core, await human(core, user))
-
-    token, row = run(work)
-    emit({"token": token, "id": str(row["id"]), "prefix": row["prefix"], "user": user or settings().user}, as_json,
-         lambda o: typer.echo(f"{o['token']}\n(shown once; store it now)"))
+def token_create(scope: Optional[str] = typer.Option(None, "--scope", help="write (default): everything you may do; "
+                                                                        "read: only look."),
+                 expires_in: Optional[int] = typer.Option(None, "--expires-in", metavar="SECONDS",
+                                                          help="The token stops working this long from now "
+                                                               "(default never)."),
+                 user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Create a human API token (shown once) for the API, the remote CLI and the relay."""
+    out = backend(user).token_create(scope=scope, expires_in_seconds=expires_in)
+    emit(out, as_json, lambda o: typer.echo(f"{o['token']}\n(shown once; store it now)"))
 
 
 @token_app.command("list")
 def token_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
-    """List your API tokens (id, prefix, created, revoked), newest first."""
-    from ..core import humans
-
-    async def work(core):
-        return await humans.list_tokens(core, await human(core, user))
-
-    rows = run(work)
+    """List your API tokens (id, prefix, scope, created, expires, revoked), newest first."""
+    out = backend(user).token_list()
 
     def text(o: dict) -> None:
         if not o["tokens"]:
             typer.echo("no tokens")
             return
-        table = Table("id", "prefix", "created", "revoked")
+        table = Table("id", "prefix", "scope", "created", "expires", "revoked")
         for t in o["tokens"]:
-            table.add_row(t["id"], t["prefix"], t["created_at"], t["revoked_at"] or "-")
+            table.add_row(t["id"], t["prefix"], t.get("scope") or "write", t["created_at"], t.get("expires_at") or "-",
+                          t["revoked_at"] or "-")
         console.print(table)
 
-    emit({"tokens": rows}, as_json, text)
+    emit(out, as_json, text)
 
 
 @token_app.command("revoke")
 def token_revoke(token: str = typer.Argument(..., metavar="ID_OR_PREFIX", help="The token's id or its prefix."),
                  user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
     """Revoke one of your API tokens; every serving process refuses it from the next request."""
-    from ..core import humans
-
-    async def work(core):
-        return await humans.revoke_token(core, await human(core, user), token)
-
-    row, now = run(work)
-    emit({"token": row, "revoked": now}, as_json,
-         lambda o: typer.echo(f"{'revoked' if now else 'already revoked'} {row['prefix']}… ({row['id']})"))
+    out = backend(user).token_revoke(token)
+    emit(out, as_json, lambda o: typer.echo(f"{'revoked' if o['revoked'] else 'already revoked'} "
+                                            f"{o['token']['prefix']}… ({o['token']['id']})"))
