@@ -71,6 +71,15 @@ class Settings(BaseSettings):
     db_lock_timeout_seconds: float = Field(5.0, gt=0, le=3600)  # PostgreSQL lock_timeout
     mcp_max_sessions_per_endpoint: int = Field(100, ge=1, le=100_000)  # live MCP sessions of one endpoint
     instance_id: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")  # prefix of MCP session ids
+    # Board sign-in with an OpenID Connect provider and with GitHub (web/board/oidc.py, docs/operations.md).
+    oidc_issuer: str | None = None  # the issuer URL; discovery at <issuer>/.well-known/openid-configuration
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = Field(None, validate_default=True)  # checked with the two above
+    oidc_name: str | None = Field(None, max_length=40)  # the button says "Sign in with <name>"
+    oidc_signup: bool = True  # a first sign-in creates the human; false: only identities linked by an operator
+    github_client_id: str | None = None
+    github_client_secret: str | None = Field(None, validate_default=True)
+    github_signup: bool = False  # any GitHub account may sign in; off: only linked identities
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
@@ -92,11 +101,58 @@ class Settings(BaseSettings):
             raise ValueError("dev login is allowed only when SWITCHBOARD_HOST is a loopback address")
         return v
 
+    @field_validator("oidc_issuer")
+    @classmethod
+    def _oidc_issuer_url(cls, v: str | None) -> str | None:
+        return _issuer_url(v) if v else None
+
+    @field_validator("oidc_client_secret")
+    @classmethod
+    def _oidc_complete(cls, v: str | None, info) -> str | None:  # noqa: ANN001
+        return _complete_client("OIDC", v or None, info, issuer=True)
+
+    @field_validator("github_client_secret")
+    @classmethod
+    def _github_complete(cls, v: str | None, info) -> str | None:  # noqa: ANN001
+        return _complete_client("GITHUB", v or None, info, issuer=False)
+
     @property
     def public_base_url(self) -> str:
         if self.base_url:
             return self.base_url.rstrip("/")
         return f"http://{self.host}:{self.port}"
+
+
+def _issuer_url(value: str) -> str:
+    """An OIDC issuer: an https URL (http only on a loopback host), no query or fragment."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:
+        raise ValueError("must be the provider's issuer URL, like https://id.example.com") from None
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("https", "http") or not host or parts.query or parts.fragment:
+        raise ValueError("must be the provider's issuer URL, like https://id.example.com")
+    if parts.scheme == "http" and not is_loopback(host):
+        raise ValueError("must use https (plain http only for a provider on a loopback address)")
+    return value.strip()
+
+
+def _complete_client(prefix: str, secret: str | None, info, *, issuer: bool) -> str | None:  # noqa: ANN001
+    """The client secret, when the provider's settings are all given or all absent."""
+    low = prefix.lower()
+    if issuer and f"{low}_issuer" not in info.data:
+        return secret  # the issuer itself was refused; that error names it
+    given = {f"SWITCHBOARD_{prefix}_CLIENT_ID": info.data.get(f"{low}_client_id"),
+             f"SWITCHBOARD_{prefix}_CLIENT_SECRET": secret}
+    if issuer:
+        given = {f"SWITCHBOARD_{prefix}_ISSUER": info.data.get(f"{low}_issuer"), **given}
+    missing = [k for k, v in given.items() if not v]
+    if missing and len(missing) < len(given):
+        label = "GitHub" if prefix == "GITHUB" else prefix
+        raise ValueError(f"{label} sign-in needs {', '.join(given)} together; missing {', '.join(missing)}")
+    return secret
 
 
 def load_settings(**overrides: object) -> Settings:

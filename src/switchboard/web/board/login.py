@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from ...core import humans
 from ...core.errors import Conflict, NotFound
+from . import oidc
 from .kit import AUTH_BODY_CAP, NO_STORE, Board, BodyTooLarge, board_of, human_post, safe_next
 from .sessions import LOGIN_COOKIE, LOGIN_FORM_SECONDS, SESSION_COOKIE, SESSION_SECONDS
 
@@ -41,7 +42,8 @@ def _login_page(board: Board, request: Request, *, next_path: str, status: int =
         token = board.sessions.new_login_token()
     response = board.page(request, None, "login.html", status=status, headers=headers, title="Sign in",
                           login_token=token, next_path=next_path, error=error, name=name,
-                          dev_login=board.settings.dev_login)
+                          dev_login=board.settings.dev_login, providers=oidc.buttons(board),
+                          start_path=oidc.START_PATH)
     response.set_cookie(LOGIN_COOKIE, token, max_age=LOGIN_FORM_SECONDS, **board.sessions.cookie_args())
     return response
 
@@ -177,4 +179,5 @@ def routes() -> list[Route]:
         Route("/login", login_submit, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/auth/dev-login", dev_login, methods=["GET", "POST"]),
+        *oidc.routes(),
     ]
