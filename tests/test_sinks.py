@@ -280,7 +280,7 @@ async def test_a_digest_comes_once_a_day_at_the_chosen_hour_in_the_chosen_time_z
         "pushed": 3, "done": 1, "failed": 1, "dead_lettered": 1}
     assert 89 <= inbox["oldest_pending_minutes"] <= 91
     body = sink_messages.render("slack", "digest", row["body"], base_url=BASE, sink_name="daily")
-    assert f"pushed 3, done 1, failed 1, dead-lettered 1, oldest pending 1 h " in body["blocks"][1]["text"]["text"]
+    assert "pushed 3, done 1, failed 1, dead-lettered 1, oldest pending 1 h " in body["blocks"][1]["text"]["text"]
     # The next local day, at that hour, another one.
     assert (await sinks.tick(core, now=now + timedelta(days=1)))["digest"] == 1
     assert len(await sql(core, "SELECT * FROM sink_outbox WHERE event = 'digest'")) == 2

@@ -55,7 +55,6 @@ from ..db.listen import ReadyListener
 from ..runtime import Component, Runtime
 from . import outbound
 from .metrics import Metrics
-from .outbound import Refused, classify  # noqa: F401 - the names this module has always offered
 
 log = logging.getLogger("switchboard.hooks")
 
