@@ -336,6 +336,13 @@ async def test_without_signup_only_linked_identities_sign_in(pg_server):
         async with client_for(server) as client:
             assert (await client.get(callback_path(authorize(await start(client), sub)))).status_code == 303
 
+        # Unlinked again: the identity no longer signs in (sign-up is off), and carol is untouched.
+        assert ok_json(env, "user", "unlink", "carol", "--issuer", issuer, "--subject", sub)["unlinked"] is True
+        refused(env, "user", "unlink", "carol", "--issuer", issuer, "--subject", sub, contains="not_found")
+        async with client_for(server) as client:
+            assert (await client.get(callback_path(authorize(await start(client), sub)))).status_code == 403
+        assert server.sql("SELECT count(*) FROM humans WHERE name = 'carol'") == [(1,)]
+
 
 # -------------------------------------------------------------------------------------------- GitHub
 

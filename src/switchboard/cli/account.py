@@ -1,4 +1,4 @@
-"""Accounts: `switchboard user add|passwd|disable|enable|link` and `switchboard token create|list|revoke`.
+"""Accounts: `switchboard user add|passwd|disable|enable|link|unlink` and `switchboard token create|list|revoke`.
 
 Passwords come from a prompt on a terminal (asked twice) or from `--password-stdin`; an empty
 password is refused (`user add --no-password` makes a dev-login-only user explicitly), and end of
@@ -160,6 +160,26 @@ def user_link(name: str,
     row = run(work)
     emit({"user": name, **row}, as_json,
          lambda o: typer.echo(f"linked {o['issuer']} subject {o['subject']} to {name}"))
+
+
+@user_app.command("unlink")
+def user_unlink(name: str,
+                issuer: str = typer.Option(..., "--issuer", help="The identity's issuer."),
+                subject: str = typer.Option(..., "--subject", help="The identity's subject at that issuer."),
+                as_json: bool = JsonOpt) -> None:
+    """Remove a sign-in identity from a user (their Board sessions stay until they end)."""
+    from ..core import humans, identities
+    from ..core.errors import NotFound
+
+    settings()
+
+    async def work(core):
+        if not await identities.unlink(core, await humans.by_name(core, name), issuer, subject):
+            raise NotFound(f"{name} has no identity with that issuer and subject", argument="subject")
+
+    run(work)
+    emit({"user": name, "issuer": issuer, "subject": subject, "unlinked": True}, as_json,
+         lambda o: typer.echo(f"unlinked {issuer} subject {subject} from {name}"))
 
 
 # ------------------------------------------------------------------------------------------ tokens
