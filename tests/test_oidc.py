@@ -138,6 +138,14 @@ async def test_sign_in_through_the_board_in_chromium(board_server, browser, prov
         await page.wait_for_url(f"{board_server.url}/endpoints")
         assert "alice" in await page.content()
         await page.watch.assert_clean(page)
+    async with page_for(browser, board_server) as page:  # a refused sign-in's page: focused, announced, clean
+        await page.goto(f"{oidc.CALLBACK_PATH}?state=forged&code=forged")
+        alert = page.get_by_role("alert")
+        assert "not started in this browser" in await alert.inner_text()
+        assert await page.evaluate("document.activeElement.id") == "sb-signin-error"
+        assert await axe_violations(page) == []
+        page.watch.expected_http_errors(400)
+        await page.watch.assert_clean(page)
     [(issuer, subject, name, human_id)] = identity_rows(board_server, sub)
     assert (issuer, subject) == (provider, sub) and name.startswith("alice")
     assert len(board_server.sql("SELECT id FROM humans")) == before + 1
