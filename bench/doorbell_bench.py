@@ -17,12 +17,30 @@
                   complete writes an outbox row (the sender is not running; rows just accumulate)
    The target is `bus` >= 0.95 x `bare` (the hook bus and trigger cost at most 5 %).
 
+3. Idle sessions (`--idle-sessions 1000,10000`). One `switchboard serve` holds that many idle
+   session-era MCP sessions, each a raw client that initializes and then keeps its GET notification
+   stream open on the same connection (one descriptor per session on each side), spread over
+   endpoints (`--per-endpoint`, 50 by default, under SWITCHBOARD_MCP_MAX_SESSIONS_PER_ENDPOINT), with
+   SWITCHBOARD_MAX_CONNECTIONS raised above the count.
+   At each count: the server's RSS and open descriptors, and the doorbell latency (as in 1, with an
+   official-SDK client on an endpoint of its own) while the sessions are open. `--trace-sessions N`
+   instead runs the server under tracemalloc and prints where the memory of N idle sessions went
+   (top allocation sites by size, from a snapshot before and one after opening them).
+
+4. `--check-cost`: the cost of the statement-level endpoint check (`endpoint_live` fragment,
+   migration 0008) on claim_next + complete cycles through the core, interleaved rounds with the
+   check as shipped and with `switchboard_endpoint_live` replaced by a constant (what the statements
+   cost before the check).
+
 Runs on a fresh embedded PostgreSQL in a temporary directory, or on SWITCHBOARD_DATABASE_URL's server
 (a database of its own is created there and dropped afterwards).
 
     make bench                                   # runs this after the store benchmark
     .venv/bin/python bench/doorbell_bench.py     # about 3 minutes on 2 cores
     .venv/bin/python bench/doorbell_bench.py --quick
+    .venv/bin/python bench/doorbell_bench.py --idle-sessions 1000,10000     # about 4 minutes
+    .venv/bin/python bench/doorbell_bench.py --trace-sessions 1000
+    .venv/bin/python bench/doorbell_bench.py --check-cost
 """
 
 from __future__ import annotations
@@ -116,12 +134,13 @@ async def drop_database(server_uri: str, name: str) -> None:
 
 # --------------------------------------------------------------------------- 1. doorbell latency
 
-def start_server(uri: str) -> tuple[subprocess.Popen, str]:
+def start_server(uri: str, extra_env: dict | None = None,
+                 command: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = dict(os.environ, SWITCHBOARD_DATABASE_URL=uri, SWITCHBOARD_PORT=str(port), SWITCHBOARD_HOST="127.0.0.1",
                SWITCHBOARD_LOG_LEVEL="warning", SWITCHBOARD_SWEEP_INTERVAL_SECONDS="3600",
-               SWITCHBOARD_RATE_LIMIT_RPS="1000", SWITCHBOARD_RATE_LIMIT_BURST="1000")
-    proc = subprocess.Popen([sys.executable, "-m", "switchboard", "serve"], env=env, cwd=ROOT,
+               SWITCHBOARD_RATE_LIMIT_RPS="1000", SWITCHBOARD_RATE_LIMIT_BURST="1000", **(extra_env or {}))
+    proc = subprocess.Popen(command or [sys.executable, "-m", "switchboard", "serve"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -182,6 +201,270 @@ async def doorbell_latency(uri: str, n: int) -> dict:
                                       "max": round(max(commit_to_note), 2)},
         "call_to_notification_ms": {"p50": round(pct(call_to_note, 50), 2), "p99": round(pct(call_to_note, 99), 2)},
     }
+
+
+# --------------------------------------------------------------------------- 3. idle sessions
+
+async def open_idle_session(port: int, slug: str, credential: str) -> asyncio.StreamWriter:
+    """initialize, notifications/initialized, then the GET stream, on one connection held open."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = (f"POST /mcp/{slug} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {credential}\r\n"
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n")
+
+    async def exchange(extra: str, body: bytes) -> tuple[int, dict]:
+        writer.write((head + extra + f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+        status = int((await reader.readline()).split(b" ", 2)[1])
+        headers = {}
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            headers[name.strip().lower()] = value.strip()
+        n = int(headers.get("content-length", 0))
+        answer = (await reader.readexactly(n)) if n else b""
+        if status >= 300:
+            raise RuntimeError(f"HTTP {status}: {answer[:200]!r}")
+        return status, headers
+
+    _, headers = await exchange("", b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{'
+                                    b'"protocolVersion":"2025-11-25","capabilities":{},'
+                                    b'"clientInfo":{"name":"idle","version":"0"}}}')
+    session = f"Mcp-Session-Id: {headers['mcp-session-id']}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+    await exchange(session, b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    writer.write((f"GET /mcp/{slug} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {credential}\r\n"
+                  f"Accept: text/event-stream\r\n{session}\r\n").encode())
+    status = await reader.readline()
+    if b" 200 " not in status:
+        raise RuntimeError(f"GET stream: {status!r}")
+    return writer
+
+
+def proc_status(pid: int) -> dict:
+    rss = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) / 1024
+    return {"rss_mb": round(rss, 1), "open_fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+def raise_own_fd_limit() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+async def ring_latency(core: Core, url: str, ep: dict, credential: str, n: int) -> dict:
+    """Commit -> notifications/resources/updated at an SDK client, over `n` todos (as in part 1)."""
+    arrivals: asyncio.Queue[float] = asyncio.Queue()
+
+    async def on_message(message) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            arrivals.put_nowait(time.perf_counter())
+
+    out: list[float] = []
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {credential}"}, timeout=httpx2.Timeout(60))
+    async with http, Client(streamable_http_client(f"{url}/mcp/{ep['slug']}", http_client=http),
+                            mode="legacy", message_handler=on_message) as client:
+        await client.subscribe_resource(f"switchboard://queues/{QUEUE}")
+        for _ in range(300):
+            await todos.create(core, endpoint_id=ep["endpoint_id"], queue=QUEUE, title="warm-up", source="bench")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(arrivals.get(), 0.2)
+                break
+        await asyncio.sleep(0.5)
+        while not arrivals.empty():
+            arrivals.get_nowait()
+        for i in range(n):
+            await todos.create(core, endpoint_id=ep["endpoint_id"], queue=QUEUE, title=f"todo {i}", source="bench")
+            t_commit = time.perf_counter()
+            out.append((await asyncio.wait_for(arrivals.get(), 10) - t_commit) * 1000)
+    return {"p50": round(pct(out, 50), 2), "p99": round(pct(out, 99), 2), "max": round(max(out), 2)}
+
+
+async def idle_sessions(uri: str, counts: list[int], per_endpoint: int, n: int) -> list[dict]:
+    raise_own_fd_limit()
+    pool = await open_pool(uri, min_size=1, max_size=4)
+    core = Core(pool=pool, settings=load_settings(database_url=uri, log_format="text"))
+    human = await humans.add(core, f"idle-{uuid.uuid4().hex[:6]}")
+    bell, bell_credential = await endpoints.vend(core, human, agent="bell", queues=[QUEUE])
+    lanes = [await endpoints.vend(core, human, agent=f"idle{i}", queues=["idle"])
+             for i in range(-(-max(counts) // per_endpoint))]
+    proc, url = start_server(uri, {"SWITCHBOARD_MCP_MAX_SESSIONS_PER_ENDPOINT": str(per_endpoint),
+                                   "SWITCHBOARD_MAX_CONNECTIONS": str(max(counts) + 1000)})
+    port = int(url.rsplit(":", 1)[1])
+    held: list[asyncio.StreamWriter] = []
+    results = []
+    try:
+        await asyncio.sleep(1.0)
+        results.append({"sessions": 0, **proc_status(proc.pid), "doorbell_ms": await ring_latency(
+            core, url, bell, bell_credential, n)})
+        print(json.dumps(results[-1]), flush=True)
+        gate = asyncio.Semaphore(16)
+
+        retried = 0
+
+        async def one(i: int) -> None:
+            nonlocal retried
+            ep, credential = lanes[i // per_endpoint]
+            async with gate:
+                for attempt in range(5):
+                    try:
+                        held.append(await open_idle_session(port, ep["slug"], credential))
+                        return
+                    except RuntimeError as exc:  # a 503 under load (the pool's checkout deadline): retry
+                        if "HTTP 503" not in str(exc) or attempt == 4:
+                            raise
+                        retried += 1
+                        await asyncio.sleep(1.0)
+
+        for target in sorted(counts):
+            started = time.perf_counter()
+            await asyncio.gather(*(one(i) for i in range(len(held), target)))
+            opened_in = time.perf_counter() - started
+            await asyncio.sleep(3.0)
+            row = {"sessions": len(held), **proc_status(proc.pid), "opened_in_s": round(opened_in, 1),
+                   "retried_503": retried}
+            row["doorbell_ms"] = await ring_latency(core, url, bell, bell_credential, n)
+            row.update(proc_status(proc.pid))
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        for w in held:
+            w.close()
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+        await pool.close()
+    return results
+
+
+def serve_traced() -> None:
+    """The server under tracemalloc: SIGUSR1 takes a snapshot; the second one writes the difference
+    (top allocation sites) to SWITCHBOARD_BENCH_TRACE_OUT."""
+    import signal
+    import tracemalloc
+
+    from switchboard.web.server import serve
+
+    tracemalloc.start(1)
+    snaps: list = []
+
+    def on_signal(signum, frame) -> None:  # noqa: ANN001
+        snaps.append(tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__)]))
+        if len(snaps) == 2:
+            by_file = snaps[1].compare_to(snaps[0], "filename")
+            by_line = snaps[1].compare_to(snaps[0], "lineno")
+            total = sum(d.size_diff for d in by_file)
+            lines = [f"total {total / 1024:.0f} KiB"]
+            lines += [f"file {d.size_diff / 1024:9.0f} KiB {d.count_diff:8d} blocks  {d.traceback[0].filename}"
+                      for d in by_file[:25]]
+            lines += [f"line {d.size_diff / 1024:9.0f} KiB {d.count_diff:8d} blocks  {d.traceback[0]}"
+                      for d in by_line[:40]]
+            Path(os.environ["SWITCHBOARD_BENCH_TRACE_OUT"]).write_text("\n".join(lines) + "\n")
+
+    signal.signal(signal.SIGUSR1, on_signal)
+    serve(load_settings())
+
+
+async def trace_sessions(uri: str, n: int, per_endpoint: int) -> str:
+    import signal
+    import tempfile
+
+    raise_own_fd_limit()
+    pool = await open_pool(uri, min_size=1, max_size=4)
+    core = Core(pool=pool, settings=load_settings(database_url=uri, log_format="text"))
+    human = await humans.add(core, f"trace-{uuid.uuid4().hex[:6]}")
+    lanes = [await endpoints.vend(core, human, agent=f"t{i}", queues=["idle"])
+             for i in range(1 + -(-n // per_endpoint))]  # the first for the warm-up sessions
+    out = Path(tempfile.mkdtemp()) / "trace.txt"
+    proc, url = start_server(uri, {"SWITCHBOARD_MCP_MAX_SESSIONS_PER_ENDPOINT": str(per_endpoint),
+                                   "SWITCHBOARD_MAX_CONNECTIONS": str(n + 1000), "SWITCHBOARD_BENCH_TRACE_OUT": str(out)},
+                             command=[sys.executable, str(Path(__file__).resolve()), "--serve-traced"])
+    port = int(url.rsplit(":", 1)[1])
+    held = []
+    try:
+        # A few sessions first, so that one-time costs (imports, caches) land before the baseline.
+        for i in range(20):
+            ep, credential = lanes[0]
+            held.append(await open_idle_session(port, ep["slug"], credential))
+        await asyncio.sleep(2.0)
+        before = proc_status(proc.pid)
+        proc.send_signal(signal.SIGUSR1)
+        await asyncio.sleep(3.0)
+        for i in range(n):
+            ep, credential = lanes[1 + i // per_endpoint]
+            held.append(await open_idle_session(port, ep["slug"], credential))
+        await asyncio.sleep(3.0)
+        after = proc_status(proc.pid)
+        proc.send_signal(signal.SIGUSR1)
+        for _ in range(1500):
+            if out.exists():
+                break
+            await asyncio.sleep(0.2)
+        text = out.read_text()
+    finally:
+        for w in held:
+            w.close()
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+        await pool.close()
+    rss_per = (after["rss_mb"] - before["rss_mb"]) * 1024 / n
+    return f"RSS {before['rss_mb']} -> {after['rss_mb']} MB over {n} sessions: {rss_per:.1f} KiB each\n" + text
+
+
+# --------------------------------------------------------------------------- 4. the endpoint check
+
+async def check_cost(uri: str, *, rounds: int, seconds: float, workers: int) -> dict:
+    """claim_next + complete cycles/s with the statement-level endpoint check as shipped and with the
+    check's function replaced by a constant, in interleaved rounds."""
+    pool = await open_pool(uri, min_size=workers, max_size=workers + 2)
+    core = Core(pool=pool, settings=load_settings(database_url=uri, log_format="text"))
+    human = await humans.add(core, f"chk-{uuid.uuid4().hex[:6]}")
+    ep, credential = await endpoints.vend(core, human, agent="chk", queues=[QUEUE])
+    row = await endpoints.resolve_credential(core, credential)
+    caller = endpoints.caller_from_row(row)
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT pg_get_functiondef('switchboard_endpoint_live(uuid)'::regprocedure) AS d")
+        shipped = (await cur.fetchone())["d"]
+        await conn.execute(BULK_LOAD, {"endpoint_id": ep["endpoint_id"], "queue": QUEUE, "n": 200_000})
+    constant = ("CREATE OR REPLACE FUNCTION switchboard_endpoint_live(ep uuid) RETURNS boolean "
+                "LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN true; END $$")
+
+    async def use(sql: str) -> None:
+        async with pool.connection() as conn:
+            await conn.execute(sql)
+        # Pooled connections cache plans (and plpgsql function bodies): start from fresh ones.
+        await pool.check()
+
+    async def run() -> float:
+        done = 0
+        deadline = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal done
+            while time.perf_counter() < deadline:
+                got = await todos.claim_next(core, caller)
+                await todos.complete(core, caller, got.todo["id"])
+                done += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        return done / (time.perf_counter() - started)
+
+    rates: dict[str, list[float]] = {"with_check": [], "constant": []}
+    try:
+        for _ in range(rounds):
+            for label, sql in (("with_check", shipped), ("constant", constant)):
+                await use(sql)
+                await run()  # warm-up of this variant's plans
+                rates[label].append(await run())
+    finally:
+        await use(shipped)
+        await pool.close()
+    med = {k: round(statistics.median(v), 1) for k, v in rates.items()}
+    return {"cycles_per_s_median": med, "ratio": round(med["with_check"] / med["constant"], 3),
+            "rounds": rounds, "seconds": seconds, "workers": workers}
 
 
 # ------------------------------------------------------------------------------ 2. event cost
@@ -341,7 +624,30 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true", help="300 todos, 3 short rounds")
     ap.add_argument("--todos", type=int, default=None)
     ap.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    ap.add_argument("--idle-sessions", help="only part 3: idle session counts, comma separated (1000,10000)")
+    ap.add_argument("--per-endpoint", type=int, default=50, help="idle sessions per endpoint (default 50)")
+    ap.add_argument("--trace-sessions", type=int, help="only: tracemalloc of N idle sessions in the server")
+    ap.add_argument("--check-cost", action="store_true", help="only part 4: the endpoint check's cost")
+    ap.add_argument("--serve-traced", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.idle_sessions or args.trace_sessions or args.check_cost:
+        out = {"machine": machine()}
+        with postgres_server() as server_uri:
+            name, uri = await fresh_database(server_uri)
+            try:
+                if args.trace_sessions:
+                    print(await trace_sessions(uri, args.trace_sessions, args.per_endpoint))
+                if args.check_cost:
+                    out["check_cost"] = await check_cost(uri, rounds=6, seconds=3.0, workers=4)
+                    print(json.dumps(out["check_cost"]), flush=True)
+                if args.idle_sessions:
+                    counts = [int(c) for c in args.idle_sessions.split(",")]
+                    out["idle_sessions"] = await idle_sessions(uri, counts, args.per_endpoint, args.todos or 300)
+            finally:
+                await drop_database(server_uri, name)
+        out["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+        print(json.dumps(out))
+        return
     n = args.todos or (300 if args.quick else 1000)
     rounds, seconds = (4, 1.5) if args.quick else (16, 2.0)
     out: dict = {"machine": machine()}
@@ -379,4 +685,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if "--serve-traced" in sys.argv:  # the traced server of --trace-sessions (runs its own event loop)
+        serve_traced()
+    else:
+        asyncio.run(main())
