@@ -19,10 +19,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Awaitable, Callable
 
+from psycopg import conninfo
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from .config import Settings
+from .core import metric_spool
 from .core.errors import DatabaseUnavailable, Unauthorized
 from .core.models import Core
 from .db.database import Database
@@ -72,14 +74,24 @@ class Runtime:
         return self._core
 
 
+def _with_options(uri: str, options: str) -> str:
+    """`uri` with libpq `options` appended to any it carries."""
+    if not options:
+        return uri
+    given = conninfo.conninfo_to_dict(uri).get("options") or ""
+    return conninfo.make_conninfo(uri, options=f"{given} {options}".strip())
+
+
 @asynccontextmanager
 async def open_runtime(settings: Settings, *, runtime: Runtime | None = None, migrate: bool = True,
-                       listen: bool = False, min_size: int = 2, max_size: int = 10) -> AsyncIterator[Runtime]:
+                       listen: bool = False, min_size: int = 2, max_size: int = 10,
+                       origin: str | None = None) -> AsyncIterator[Runtime]:
     """Start or attach to the database, migrate (unless told not to), open the pool, build the core;
     with `listen`, open the LISTEN connection too. Everything closes in reverse order on exit.
 
     `runtime` is a `Runtime(settings)` built earlier (the app builds its surfaces before the lifespan
-    opens it); without one, a new runtime is made."""
+    opens it); without one, a new runtime is made. `origin="cli"` marks a process that serves no
+    /metrics: its transitions are spooled for the serving processes to count (core/metric_spool.py)."""
     rt = runtime if runtime is not None else Runtime(settings)
     if rt.settings is not settings:
         raise ValueError("open_runtime: the runtime was built with other settings")
@@ -88,7 +100,8 @@ async def open_runtime(settings: Settings, *, runtime: Runtime | None = None, mi
     try:
         if migrate:
             await db.migrate()
-        pool = await open_pool(uri, min_size=min_size, max_size=max_size,
+        pool_uri = _with_options(uri, metric_spool.session_options(origin))
+        pool = await open_pool(pool_uri, min_size=min_size, max_size=max_size,
                                statement_timeout=settings.db_statement_timeout_seconds,
                                lock_timeout=settings.db_lock_timeout_seconds,
                                timeout_error=DatabaseUnavailable, refused_error=Unauthorized)

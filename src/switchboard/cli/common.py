@@ -105,7 +105,9 @@ def run(work: Callable[..., Awaitable[Any]], *, migrate: bool = True) -> Any:
     cfg = settings()
 
     async def main() -> Any:
-        async with open_runtime(cfg, migrate=migrate, min_size=1, max_size=4) as runtime:
+        # origin="cli": this process serves no /metrics, so its transitions are spooled for the
+        # serving processes to count (core/metric_spool.py).
+        async with open_runtime(cfg, migrate=migrate, min_size=1, max_size=4, origin="cli") as runtime:
             return await work(runtime.core)
 
     try:

@@ -2,7 +2,10 @@
 
 - Auth: `Authorization: Bearer <SWITCHBOARD_METRICS_TOKEN>` (at least 32 bytes). Unset, missing or
   wrong: 401 with an empty body. Both sides are SHA-256 hashed and compared in constant time.
-- Counters are driven by the hook bus, after commit, from what this process committed:
+- Counters are driven by the hook bus, after commit, from what this process committed, and by the
+  metric spool (`core/metric_spool.py`, migration 0012): what processes without /metrics (the local
+  CLI) committed, taken on every sweep tick and before every scrape, each fact by one serving
+  process only, so the sum over serving processes counts every transition once:
   `switchboard_todos_created_total{queue,source}`, `switchboard_todos_claimed_total{queue}`,
   `switchboard_todos_completed_total{queue,outcome}` (outcome complete|fail),
   `switchboard_lease_expired_total{queue}` and `switchboard_todo_attempts_closed_total{queue,outcome}`.
@@ -33,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..core import gauges
+from ..core import gauges, metric_spool
 from ..core.events import Event
 from ..core.models import VERBS
 from ..runtime import Component, Runtime
@@ -47,6 +50,7 @@ MAX_IN_FLIGHT = 4
 _BOUNDED = re.compile(r"^[a-z0-9_-]{1,32}$")
 ATTEMPT_OUTCOMES = ("completed", "failed", "released", "lease_expired", "reaped", "canceled", "revoked")
 DIED = ("lease_expired", "reaped")
+HOLDER_ENDS = {"completed": "complete", "failed": "fail"}  # attempt outcome -> completed_total outcome
 
 
 class LabelLimiter:
@@ -128,6 +132,7 @@ class Metrics:
         self.collection_errors = Counter("switchboard_metrics_collection_errors_total",
                                          "Scrape-time collectors that failed.", ["collector"], registry=r)
         self.collection_errors.labels("queue")
+        self.collection_errors.labels("spool")
         self.tool_latency = Histogram("switchboard_mcp_request_duration_seconds",
                                       "MCP tool call latency by verb and outcome.", ["verb", "outcome"],
                                       buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5),
@@ -161,10 +166,37 @@ class Metrics:
             self.completed.labels(queue, "fail").inc()
         closed = ev.closed_attempt
         if closed is not None and closed.get("outcome"):
-            outcome = closed["outcome"]
-            self.attempts_closed.labels(queue, outcome if outcome in ATTEMPT_OUTCOMES else OTHER).inc()
-            if outcome in DIED:
-                self.lease_expired.labels(queue).inc()
+            self._closed(queue, closed["outcome"])
+
+    def _closed(self, queue: str, outcome: str, n: int = 1) -> None:
+        self.attempts_closed.labels(queue, outcome if outcome in ATTEMPT_OUTCOMES else OTHER).inc(n)
+        if outcome in DIED:
+            self.lease_expired.labels(queue).inc(n)
+
+    def count_spooled(self, facts: list[metric_spool.Fact]) -> None:
+        """Count what processes without /metrics committed (taken from the spool by this process):
+        the same families and labels as `on_event`. A holder's complete or fail is the attempt
+        closing `completed` or `failed`, which is what those verbs do and nothing else does."""
+        for f in facts:
+            queue = self.queue(f.queue)
+            if f.kind == "created":
+                self.created.labels(queue, bounded(f.label or "unknown")).inc(f.n)
+            elif f.kind == "claimed":
+                self.claimed.labels(queue).inc(f.n)
+            elif f.kind == "closed":
+                if f.label in HOLDER_ENDS:
+                    self.completed.labels(queue, HOLDER_ENDS[f.label]).inc(f.n)
+                self._closed(queue, f.label, f.n)
+
+    async def drain(self, core) -> None:  # noqa: ANN001
+        """Take the spool's rows and count them here (each row is counted by one process only)."""
+        try:
+            facts = await metric_spool.take(core)
+        except Exception:
+            log.warning("metric spool unavailable", extra={"event": "metrics_collector_failed"})
+            self.collection_errors.labels("spool").inc()
+            return
+        self.count_spooled(facts)
 
     # ------------------------------------------------------------------------ other surfaces
 
@@ -239,6 +271,7 @@ class MetricsSurface:
         if self._in_flight.locked():
             return Response(b"", status_code=503, headers={"Retry-After": "1", "Cache-Control": "no-store"})
         async with self._in_flight, self._render:
+            await self.metrics.drain(self.runtime.core)
             await self.metrics.refresh(self.runtime.core)
             body = self.metrics.render()
         return Response(body, media_type=None, headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"})
@@ -253,4 +286,4 @@ class MetricsSurface:
 
 def component(surface: MetricsSurface) -> Component:
     return Component(name="metrics", routes=[Route("/metrics", surface.scrape, methods=["GET"])],
-                     start=surface.start, stop=surface.stop)
+                     start=surface.start, stop=surface.stop, on_tick=surface.metrics.drain)
