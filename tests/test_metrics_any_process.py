@@ -244,3 +244,18 @@ def test_the_sweep_tick_takes_the_spool_without_a_scrape(pg_server, tmp_path):
         assert counted([srv.url]) == expected(uri)
     finally:
         srv.stop()
+
+
+def test_the_spool_is_bounded_when_no_server_ever_runs(pg_server, tmp_path):
+    """Every 1000th spooled row drops the rows more than 100000 behind it."""
+    uri = create_database(pg_server)
+    ops = Operator(uri, tmp_path)
+    slug = ops.vend("worker", "inbox")
+    with psycopg.connect(uri) as conn:
+        conn.execute("INSERT INTO metric_spool (id, kind, queue) OVERRIDING SYSTEM VALUE"
+                     " VALUES (5, 'claimed', 'inbox'), (101000, 'claimed', 'inbox'), (101001, 'claimed', 'inbox')")
+        conn.execute("SELECT setval(pg_get_serial_sequence('metric_spool', 'id'), 200999)")
+    sb(ops.local, "todo", "push", slug, "--title", "the thousandth")
+    with psycopg.connect(uri) as conn:
+        ids = [r[0] for r in conn.execute("SELECT id FROM metric_spool ORDER BY id").fetchall()]
+    assert ids == [101001, 201000]
