@@ -17,7 +17,6 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 import oidc_provider_mock
-import psycopg
 import pytest
 
 from board_kit import axe_violations, browser, page_for, start_board_server, stop_board_server  # noqa: F401
