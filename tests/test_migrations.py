@@ -127,7 +127,9 @@ async def test_attempts_table_has_the_req1_fields_and_a_deferred_exclusion(scrat
         assert set(cols) == {"todo_id", "seq", "attempt", "claimer_kind", "claimer_endpoint_id", "claimer_session",
                              "owner", "claimant", "claimed_at", "last_heartbeat_at", "lease_expires_at", "ended_at",
                              "outcome", "disposition", "summary", "summary_truncated", "artifact", "lease_token_hash",
-                             "owner_extended_at"}  # 0005: an owner's lease extension, apart from heartbeats
+                             "owner_extended_at",  # 0005: an owner's lease extension, apart from heartbeats
+                             "notes"}  # 0013: the holder's progress notes, newest kept
+        assert cols["notes"] == "jsonb"
         assert cols["lease_token_hash"] == "bytea" and cols["claimer_endpoint_id"] == "uuid"
         con = (await _rows(conn, """SELECT contype, condeferrable, condeferred FROM pg_constraint
                                      WHERE conname = 'one_open_attempt'"""))[0]
@@ -140,7 +142,8 @@ async def test_attempts_table_has_the_req1_fields_and_a_deferred_exclusion(scrat
         await _seed_minimal(conn, tid)
         for bad in ("outcome = 'exploded', ended_at = now(), disposition = 'done'",
                     "summary = repeat('x', 2049)", "claimant = repeat('é', 65)", "artifact = repeat('a', 513)",
-                    "ended_at = now()", "outcome = 'reaped', disposition = 'requeued', ended_at = now(), summary = 's'"):
+                    "ended_at = now()", "outcome = 'reaped', disposition = 'requeued', ended_at = now(), summary = 's'",
+                    "notes = '{}'::jsonb"):
             with pytest.raises(psycopg.errors.CheckViolation):
                 await conn.execute(f"UPDATE todo_attempts SET {bad} WHERE todo_id = %s", (tid,))
         assert await migrate.migrate(conn) == []  # idempotent

@@ -18,6 +18,8 @@ from .states import TODO_STATES
 # The limits, named once. The MCP input schemas are generated from these (mcp/schemas.py), the
 # surfaces' help texts quote them, and every check below applies them.
 SUMMARY_MAX_BYTES = 2048        # longer summaries are cut at a character boundary
+NOTE_MAX_BYTES = 512            # a heartbeat's progress note; longer notes are refused
+NOTES_MAX_PER_ATTEMPT = 20      # notes kept per attempt, the newest; older ones are dropped
 ARTIFACT_MAX_BYTES = 512        # longer artifacts are refused
 CLAIMANT_MAX_BYTES = 128        # longer claimant labels are cut
 TITLE_MAX_CHARS = 512
@@ -75,6 +77,25 @@ def summary(value: object, argument: str = "summary") -> tuple[str | None, bool]
     if clean == "":
         return None, False
     return cut_utf8(clean, SUMMARY_MAX_BYTES)
+
+
+# Control characters stripped from a note: C0 (but tab and newline), DEL and C1. A carriage
+# return goes too, so a note cannot overwrite a line when a terminal shows it.
+_NOTE_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def note(value: object) -> str | None:
+    """A heartbeat's progress note: the summary's rule (text the holder reports, stored as data and
+    never read as instructions; NUL and lone surrogates dropped) with control characters stripped
+    too, then at most NOTE_MAX_BYTES bytes of UTF-8; a longer note is refused. Empty means none."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise Invalid("note must be a string", argument="note")
+    clean = _NOTE_CONTROL.sub("", _utf8(value))
+    if len(clean.encode("utf-8")) > NOTE_MAX_BYTES:
+        raise Invalid(f"note must be at most {NOTE_MAX_BYTES} bytes", argument="note")
+    return clean if clean.strip() else None
 
 
 def summary_from_result(result: object) -> tuple[str | None, bool]:

@@ -83,13 +83,32 @@ def attempt(a: dict) -> dict:
         "summary": a.get("summary"),
         "summary_truncated": bool(a.get("summary_truncated")),
         "artifact": a.get("artifact"),
+        "last_note": last_note(a),
     }
+
+
+def notes(a: dict) -> list[dict]:
+    """The attempt's progress notes, oldest first: `{"at", "text"}` each."""
+    return [{"at": ts(n.get("at")), "text": n.get("text")} for n in a.get("notes") or []]
+
+
+def last_note(a: dict) -> dict | None:
+    """The newest note of the attempt, or null: what the next claimer learns of a died attempt."""
+    kept = a.get("notes") or []
+    return {"at": ts(kept[-1].get("at")), "text": kept[-1].get("text")} if kept else None
+
+
+def detail_attempt(a: dict) -> dict:
+    """An attempt of get_todo: the REQ-7 entry with every kept note."""
+    out = attempt(a)
+    out["notes"] = notes(a)
+    return out
 
 
 def owner_attempt(a: dict) -> dict:
     """The owning human's view adds the lease expiry of the attempt and when the owner last extended
     it (apart from the holder's heartbeats); still no secrets or sessions."""
-    out = attempt(a)
+    out = detail_attempt(a)
     out["lease_expires_at"] = ts(a.get("lease_expires_at"))
     out["owner_extended_at"] = ts(a.get("owner_extended_at"))
     return out
@@ -101,7 +120,7 @@ def todo_detail(row: dict, attempts: list[dict], *, owner_view: bool = False) ->
     out["result"] = row.get("result")
     out["next_retry_at"] = ts(row.get("next_retry_at"))
     out["dead_letter"] = is_dead_letter(row)
-    shape = owner_attempt if owner_view else attempt
+    shape = owner_attempt if owner_view else detail_attempt
     out["attempts"] = [shape(a) for a in attempts]
     out["attempts_total"] = row["attempts_total"]
     out["attempts_pruned"] = row["attempts_pruned"]

@@ -275,12 +275,21 @@ async def claim_next_batch(core: Core, caller: EndpointCaller, *, max_todos: int
 # ----------------------------------------------------------------------------- lease transitions
 
 async def heartbeat(core: Core, caller: Caller, todo_id: str, *, lease_ttl_seconds: int | None = None,
-                    lease_token: str | None = None) -> dict:
+                    lease_token: str | None = None, note: str | None = None) -> dict:
     """Extend the lease. Only the holder's own call is a heartbeat; the owning human extending an
-    agent's lease is recorded apart (`owner_extended_at`) and leaves `last_heartbeat_at` alone."""
+    agent's lease is recorded apart (`owner_extended_at`) and leaves `last_heartbeat_at` alone.
+
+    The holder's `note` (inputs.note: at most NOTE_MAX_BYTES, control characters stripped) is kept
+    on the open attempt in the same statement, the newest NOTES_MAX_PER_ATTEMPT of them; a heartbeat
+    that does not hold the lease (or is wrongly fenced) stores nothing. An owner's extension is not a
+    heartbeat and takes no note."""
     todo_id = _todo_id(todo_id)
+    text = inputs.note(note)
+    if text is not None and isinstance(caller, HumanCaller):
+        raise Invalid("note is only for the lease holder's heartbeat", argument="note")
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
-              "ttl": _ttl(core, caller, lease_ttl_seconds)}
+              "ttl": _ttl(core, caller, lease_ttl_seconds), "note": text,
+              "notes_max": inputs.NOTES_MAX_PER_ATTEMPT}
     row = await _one(core, Q.todos.heartbeat, params)
     if row is None:
         raise await _miss(core, caller, todo_id, "heartbeat")

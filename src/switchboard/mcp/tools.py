@@ -110,7 +110,7 @@ def _items_of(a: dict) -> list | None:
 
 async def _heartbeat(core: Core, caller: EndpointCaller, a: dict) -> dict:
     return await todos.heartbeat(core, caller, a["id"], lease_ttl_seconds=a.get("lease_ttl_seconds"),
-                                 lease_token=a.get("lease_token"))
+                                 lease_token=a.get("lease_token"), note=a.get("note"))
 
 
 async def _complete(core: Core, caller: EndpointCaller, a: dict) -> dict:
@@ -173,8 +173,9 @@ _TOOLS = [
     Tool("heartbeat", "Extend a lease",
          "Extend the lease on a todo you hold: it then lapses lease_ttl_seconds from now. Call it before any "
          "step that may outlast the lease. A conflict error means the lease is no longer yours: stop working "
-         "on that todo.",
-         (s.todo_id("you hold"), s.LEASE_TTL, s.LEASE_TOKEN),
+         "on that todo. Pass a note to say what you are doing now: if you stop before closing the lease, the "
+         "next claimer reads it in prior_attempts.",
+         (s.todo_id("you hold"), s.LEASE_TTL, s.LEASE_TOKEN, s.NOTE),
          s.TODO_COMPACT, _heartbeat),
     Tool("complete", "Complete a todo",
          "Finish a todo you hold successfully: it becomes done and the attempt closes completed. Leave a "

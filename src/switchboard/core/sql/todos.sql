@@ -91,11 +91,18 @@ WITH cand AS (
 
 -- name: heartbeat
 -- The holder's own call is a heartbeat; the owning human extending someone else's lease is recorded
--- apart in owner_extended_at, so last_heartbeat_at stays the holder's (SPEC-0034 REQ-3).
+-- apart in owner_extended_at, so last_heartbeat_at stays the holder's (SPEC-0034 REQ-3). A note
+-- (the holder's only; null for none) is appended to the open attempt's notes in the same UPDATE,
+-- which keeps the newest %(notes_max)s (the jsonpath `last` subscripts; out of range is lax).
 {{held}}, a AS (
     UPDATE todo_attempts a
        SET last_heartbeat_at = CASE WHEN a.owner = %(owner)s THEN now() ELSE a.last_heartbeat_at END,
            owner_extended_at = CASE WHEN a.owner = %(owner)s THEN a.owner_extended_at ELSE now() END,
+           notes = CASE WHEN %(note)s::text IS NULL OR a.owner <> %(owner)s THEN a.notes
+                        ELSE jsonb_path_query_array(
+                                 a.notes || jsonb_build_array(jsonb_build_object('at', now(), 'text', %(note)s::text)),
+                                 '$[last - $k to last]', jsonb_build_object('k', %(notes_max)s::int - 1))
+                   END,
            lease_expires_at = now() + make_interval(secs => %(ttl)s)
       FROM t
      WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence}}
