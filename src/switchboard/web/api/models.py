@@ -44,8 +44,8 @@ class Reply(BaseModel):
 # --------------------------------------------------------------------------------------- errors
 
 class ErrorDetail(Reply):
-    code: str = Field(description="invalid, unauthorized, forbidden, not_found, conflict, too_large, "
-                                  "rate_limited, unavailable or internal.")
+    code: str = Field(description="invalid, unauthorized, forbidden, not_found, method_not_allowed, conflict, "
+                                  "too_large, rate_limited, unavailable or internal.")
     message: str
     argument: Optional[str] = Field(None, description="The field, parameter or header that was wrong.")
 
