@@ -384,6 +384,8 @@ class Agent:
         self.log(e="call", g=lane["gen"], tool=tool, c=claimant, t0=t0, t1=t1, r=r, **extra)
         if r in UNSURE_ERRORS or r == "err:rate_limited":
             raise Broken(r)  # retried after a pause, on another process, with the lease still held
+        if r.startswith("err:") and r[4:] in AUTH_CODES:
+            raise Refused(r)  # an open session told its credential was revoked: fetch the new one
         return got
 
     async def loop(self, conn, lane: dict) -> None:  # noqa: ANN001
@@ -569,6 +571,7 @@ class Soak:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.rng = random.Random(args.seed)
+        self.scale = min(1.0, args.duration / 600)  # a short run keeps its pauses short
         self.work = Path(tempfile.mkdtemp(prefix="switchboard-soak-"))
         self.pg = None  # the embedded server, when we started one
         self.server_uri = ""
@@ -739,15 +742,17 @@ class Soak:
             self.token = token["token"]
             self.lanes = sorted(lanes, key=lambda lane: lane.index)
 
-        await asyncio.gather(credentials(), *(self.wait_healthy(i) for i in range(a.servers)))
+        healthy = asyncio.gather(*(self.wait_healthy(i) for i in range(a.servers)))
+        await credentials()
         specs = [{"name": f"agent-{k:02d}", "kind": AGENT_KINDS[k % len(AGENT_KINDS)],
                   "lane": (k + k // len(AGENT_KINDS)) % n_lanes,
                   "server": k % a.servers} for k in range(a.agents)]
         per_host = 3
         self.host_specs = [specs[i:i + per_host] for i in range(0, len(specs), per_host)]
         self.hosts = [None] * len(self.host_specs)
-        for i in range(len(self.host_specs)):
+        for i in range(len(self.host_specs)):  # while the processes start: the agents retry until they answer
             self.hosts[i] = await self.start_host(i)
+        await healthy
         self.extra_http = JsonLines(self.work / "probes.jsonl")
         self.host_logs.append(self.work / "probes.jsonl")
         say(f"{a.servers} processes on ports {self.ports}, {a.agents} agents in {len(self.hosts)} processes, "
@@ -830,7 +835,7 @@ class Soak:
         i = self.rng.choice(live)
         self.servers[i].send_signal(signal.SIGKILL)
         self.servers[i].wait()
-        pause = self.rng.uniform(1.0, 4.0)
+        pause = self.rng.uniform(1.0, 1.0 + 3.0 * self.scale)
         await asyncio.sleep(pause)
         self.start_server(i)
         await self.wait_healthy(i)
@@ -842,7 +847,7 @@ class Soak:
         proc.kill()
         await proc.wait()
         self.killed_incarnations.add(self.host_incarnation[i])
-        pause = self.rng.uniform(0.5, 2.0)
+        pause = self.rng.uniform(0.5, 0.5 + 1.5 * self.scale)
         await asyncio.sleep(pause)
         self.hosts[i] = await self.start_host(i)
         return f"agent process {i} ({len(self.host_specs[i])} agents) killed, restarted after {pause:.1f} s"
@@ -885,7 +890,7 @@ class Soak:
 
     async def fault_pg_sigstop(self) -> str:
         pid = int((self.pg.pgdata / "postmaster.pid").read_text().split()[0])
-        pause = self.rng.uniform(3.0, 8.0)
+        pause = self.rng.uniform(3.0, 3.0 + 5.0 * self.scale)
         self.stopped_postmaster = pid
         os.kill(pid, signal.SIGSTOP)
         try:
@@ -988,6 +993,8 @@ class Soak:
         self.rng.shuffle(plan)
         while True:
             gap = self.rng.uniform(0.5 * mean_gap, 1.5 * mean_gap)
+            if plan:  # leave room for the kinds not yet injected
+                gap = min(gap, max(0.2, (end - time.monotonic()) / (2 * len(plan) + 2)))
             if not plan and time.monotonic() + gap >= end:
                 await asyncio.sleep(max(0.0, end - time.monotonic()))
                 return
@@ -1376,10 +1383,10 @@ class Soak:
         for p in self.servers:
             if p is not None and p.poll() is None:
                 p.terminate()
-        for p in self.servers:
+        for p in self.servers:  # nothing is left to finish: a short grace, then SIGKILL
             if p is not None:
                 try:
-                    p.wait(15)
+                    await asyncio.to_thread(p.wait, 5)
                 except subprocess.TimeoutExpired:
                     p.kill()
         if self.uri and os.environ.get("SWITCHBOARD_DATABASE_URL") and not self.args.keep:
