@@ -209,6 +209,16 @@ async def test_a_wrong_state_is_refused_and_creates_nothing(board_server, provid
     assert identity_rows(board_server, sub) == []
 
 
+async def test_declining_at_the_provider_creates_nothing(board_server, provider):
+    before = fingerprint(board_server)
+    async with client_for(board_server) as client:
+        declined = httpx.post(await start(client), data={"action": "deny"}, timeout=10)
+        assert declined.status_code == 302
+        page = await client.get(callback_path(declined.headers["location"]))
+    assert page.status_code == 403 and "did not sign you in (access_denied)" in page.text
+    assert fingerprint(board_server) == before
+
+
 async def test_a_replayed_code_is_refused(board_server, provider):
     sub = f"replay-{secrets.token_hex(4)}"
     async with client_for(board_server) as client:

@@ -4,8 +4,8 @@
 keeps them with the local `next` path in the `sb_oidc` cookie (itsdangerous-signed, 10 minutes,
 HttpOnly, SameSite=Lax, path /login/oidc: bound to this browser, nothing stored on the server) and
 sends the browser to the provider. `GET /login/oidc/callback` (the redirect URI of both providers)
-reads and clears that cookie, refuses a missing cookie or a different `state` before anything else,
-exchanges the code with the verifier (Authlib's httpx client), and then:
+reads and clears that cookie, refuses a missing cookie or a different `state` before anything else
+(a provider's refusal, like the person declining, is shown as such), exchanges the code with the verifier (Authlib's httpx client), and then:
 
 - OpenID Connect: checks the ID token's signature against the provider's JWKS (from discovery), its
   issuer (the discovered issuer, which must be the configured one), audience (our client id; `azp`
@@ -339,14 +339,14 @@ async def _callback(board: Board, request: Request) -> Response:
         raise SignInFailed(400, "This sign-in was not started in this browser, took longer than 10 minutes, "
                                 "or was finished already. Please sign in again.", "no_pending")
     query = request.query_params
+    if query.get("error"):  # a refusal acts on nothing, so it is shown even without a state (some omit it)
+        raise SignInFailed(403, f"{provider.label} did not sign you in ({query.get('error', '')[:64]}).",
+                           "provider_refused")
     state = query.get("state", "")
     if len(state) > 256 or not hmac.compare_digest(state.encode("utf-8", "replace"), pending["s"].encode()):
         raise SignInFailed(400, "The answer from the provider does not belong to the sign-in this browser "
                                 "started (state mismatch). Nothing was changed; please sign in again.",
                            "state_mismatch")
-    if query.get("error"):
-        raise SignInFailed(403, f"{provider.label} did not sign you in ({query.get('error', '')[:64]}).",
-                           "provider_refused")
     code = query.get("code", "")
     if not code or len(code) > 2048:
         raise SignInFailed(400, f"{provider.label} sent no sign-in code. Please sign in again.", "no_code")
