@@ -4,8 +4,9 @@
 keeps them with the local `next` path in the `sb_oidc` cookie (itsdangerous-signed, 10 minutes,
 HttpOnly, SameSite=Lax, path /login/oidc: bound to this browser, nothing stored on the server) and
 sends the browser to the provider. `GET /login/oidc/callback` (the redirect URI of both providers)
-reads and clears that cookie, refuses a missing cookie or a different `state` before anything else
-(a provider's refusal, like the person declining, is shown as such), exchanges the code with the verifier (Authlib's httpx client), and then:
+reads and clears that cookie, shows a provider's refusal (the person declining) as such, refuses a
+missing cookie or a different `state` before anything else, exchanges the code with the verifier
+(Authlib's httpx client), and then:
 
 - OpenID Connect: checks the ID token's signature against the provider's JWKS (from discovery), its
   issuer (the discovered issuer, which must be the configured one), audience (our client id; `azp`
