@@ -186,7 +186,8 @@ class LightConn:
             r = await self.http.post(self.url, content=json.dumps(msg), headers=headers)
         except Exception as exc:  # noqa: BLE001
             raise classify_exception(exc) from None
-        self.log(e="http", g=self.gen, m=method, t0=t0, t1=time.time(), s=r.status_code)
+        extra = {"body": r.text[:300]} if r.status_code >= 500 else {}  # for the diagnosis of a server error
+        self.log(e="http", g=self.gen, m=method, t0=t0, t1=time.time(), s=r.status_code, **extra)
         if r.status_code in (401, 403):
             raise Refused(str(r.status_code))
         if r.status_code == 404 and self.session:
