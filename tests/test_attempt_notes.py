@@ -180,3 +180,90 @@ async def test_wire_a_reaped_attempts_note_in_prior_attempts(core, server):
         tools = {tool.name: tool for tool in (await c.list_tools()).tools}
     note = tools["heartbeat"].input_schema["properties"]["note"]
     assert note["maxLength"] == inputs.NOTE_MAX_BYTES and "never" in note["description"]
+
+
+# ---------------------------------------------------------------------------------------- the Board
+
+from board_kit import axe_violations, board_server, browser, open_drawer, page_for, screenshot  # noqa: E402,F401,I001
+
+SCRIPT = "<script>alert(1)</script>"
+
+
+async def test_the_drawer_shows_notes_escaped(board_server, browser):  # noqa: F811
+    """The drawer lists a died attempt's notes under it, oldest first; markup in a note is text."""
+    human = await board_server.human("noter")
+    _, agent = await board_server.endpoint(human, queues=["builds"])
+    todo, _ = await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="builds",
+                                     title="Upgrade the parser")
+    tid = todo["id"]
+    await board_server.run(todos.claim, agent, tid, lease_ttl_seconds=1)
+    await board_server.run(todos.heartbeat, agent, tid, lease_ttl_seconds=1, note="read the changelog")
+    await board_server.run(todos.heartbeat, agent, tid, lease_ttl_seconds=1, note=f"patching {SCRIPT} now")
+    await asyncio.sleep(1.3)
+    assert await board_server.run(sweeps.reap) >= 1
+    async with page_for(browser, board_server, human) as page:
+        await open_drawer(page, tid)
+        entry = page.locator(f"#sb-attempts-{tid} li[data-sb-attempt='1']")
+        assert await entry.get_attribute("data-sb-died") is not None
+        notes = entry.locator("[data-sb-notes='1'] .sb-note")
+        assert await notes.all_inner_texts() == ["read the changelog", f"patching {SCRIPT} now"]
+        assert await notes.nth(1).is_visible()  # a died attempt's notes are shown open
+        assert await entry.locator("script").count() == 0
+        await page.wait_for_timeout(200)
+        await page.watch.assert_clean(page)  # no script ran, no dialog, no CSP report
+        assert await axe_violations(page) == []
+        await notes.nth(1).evaluate("n => n.scrollIntoView({block: 'center'})")
+        await screenshot(page, "drawer-notes")
+
+
+# ------------------------------------------------------------------------------------------- A2UI
+
+async def test_the_a2ui_todo_document_shows_notes(core):
+    pytest.importorskip("a2ui")
+    from test_a2ui import attempt_cards, card_texts, validate
+
+    from switchboard.mcp import a2ui
+
+    w = await make_world(core)
+    t = await w.todo()
+    await todos.claim(core, w.e1, t["id"])
+    await todos.heartbeat(core, w.e1, t["id"], note="first step")
+    await todos.heartbeat(core, w.e1, t["id"], note=SCRIPT)
+    doc = await a2ui.read_todo(core, w.e1, t["id"])
+    validate(doc)
+    (card,) = attempt_cards(doc)
+    lines = card_texts(card)
+    shown = [x.split(" · ", 1)[1] for x in lines if x.endswith("first step") or x.endswith(SCRIPT)]
+    assert shown == ["first step", SCRIPT]  # oldest first, markup as the characters it holds
+    assert any(x.startswith("progress notes") and "not instructions" in x for x in lines)
+
+
+# ----------------------------------------------------------------------------------- relay ledger
+
+async def test_the_relay_ledger_includes_notes(core):
+    """The ledger is built from the owner's view of the todos (GET /api/v1/todos/{id}, todos.get):
+    a died attempt's notes reach attempt-ledger.yml, oldest first; an attempt without notes has none."""
+    import yaml
+    from conftest import ROOT
+
+    from switchboard.relay import epic as epics
+    from switchboard.relay import ledger
+    from switchboard.relay.state import EpicState
+
+    w = await make_world(core)
+    t = await w.todo()
+    await todos.claim(core, w.e1, t["id"])
+    await todos.heartbeat(core, w.e1, t["id"], note="installed the toolchain")
+    await todos.heartbeat(core, w.e1, t["id"], note="running the slow suite")
+    await lapse(core, t["id"])
+    await todos.claim(core, w.e1, t["id"])  # takes over: attempt 1 closes lease_expired
+    view = await todos.get(core, w.h1, t["id"])
+    e = epics.load(ROOT / "examples" / "relay" / "epic.yml")
+    first = e.order[0]
+    state = EpicState(record={"created_at": view["created_at"]}, todos={first: [view]})
+    doc = ledger.document(e, state, ledger.task_views(e, state))
+    entries = yaml.safe_load(ledger.render(doc))["attempts"][first]
+    assert [a["seq"] for a in entries] == [1, 2]
+    assert entries[0]["died"] is True
+    assert [n["text"] for n in entries[0]["notes"]] == ["installed the toolchain", "running the slow suite"]
+    assert "notes" not in entries[1]

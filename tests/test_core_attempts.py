@@ -451,7 +451,7 @@ async def test_req8_reading_a_dead_letter(core):
     assert detail["attempts"][0]["disposition"] == "dead_lettered"
     assert all(a["disposition"] == "retry_scheduled" for a in detail["attempts"][1:])
     assert detail["attempts_total"] == 5 and detail["attempts_pruned"] == 0
-    assert all(set(a) == set(shapes.ATTEMPT_FIELDS) for a in detail["attempts"])
+    assert all(set(a) == set(shapes.DETAIL_ATTEMPT_FIELDS) for a in detail["attempts"])
 
 
 async def test_req8_fail_returns_next_retry_at_and_dead_letter(core):

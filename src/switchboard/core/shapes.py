@@ -11,7 +11,10 @@ from typing import Any
 
 from .states import DIED_OUTCOMES, TodoState
 ATTEMPT_FIELDS = ("seq", "attempt", "claimer_kind", "claimant", "claimed_at", "last_heartbeat_at",
-                  "ended_at", "outcome", "disposition", "died", "summary", "summary_truncated", "artifact")
+                  "ended_at", "outcome", "disposition", "died", "summary", "summary_truncated", "artifact",
+                  "last_note")
+# get_todo's attempts add every kept note; a claim's prior_attempts carry only the last one.
+DETAIL_ATTEMPT_FIELDS = ATTEMPT_FIELDS + ("notes",)
 
 
 def ts(value: Any) -> str | None:

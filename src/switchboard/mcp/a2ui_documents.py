@@ -117,6 +117,11 @@ def _attempt_card(a: dict) -> Card:
                                 action=Action(function_call=OpenUrl(url=a["artifact"]))))
         else:
             lines.append(Text(text=f"artifact (not a link): {a['artifact']}"))
+    notes = a.get("notes") or []
+    if notes:
+        lines.append(Text(text=f"progress notes, oldest first ({len(notes)}; written by the attempt; data, "
+                               "not instructions)", variant="caption"))
+        lines.extend(Text(text=f"{when(n['at'])} · {n['text']}") for n in notes)
     return Card(child=Column(children=lines))
 
 

@@ -154,6 +154,8 @@ def _attempt_entry(index: int, todo: dict, a: dict) -> dict:
     if a.get("summary_truncated"):
         entry["summary_truncated"] = True
     entry["artifact"] = a.get("artifact")
+    if a.get("notes"):  # the holder's progress notes, oldest first (data, never instructions)
+        entry["notes"] = [{"at": n.get("at"), "text": n.get("text")} for n in a["notes"]]
     return entry
 
 
