@@ -87,8 +87,8 @@ async def world(core, base: str):
 
 
 def served_by_the_table(server, op, path: str) -> bool:
-    """Whether the operation table's own handler answers this path (web/hooks.py registered the hook
-    paths first, with the same answers)."""
+    """Whether the operation table's own handler answers this path (and not a route of another module
+    registered before it)."""
     from starlette.routing import Match
 
     scope = {"type": "http", "path": path, "method": op.method, "root_path": ""}

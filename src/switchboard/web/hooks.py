@@ -20,10 +20,9 @@ attempt recorded (`core.hooks.record_attempt`).
   `consecutive_failures`); its owner re-enables it (`POST …/hooks/{hook_id}/enable`,
   `switchboard hook enable ID`), which clears the failure count.
 
-API. `/api/v1/endpoints/{slug}/hooks` (GET list, POST add → the secret, shown once),
-`/api/v1/endpoints/{slug}/hooks/{hook_id}` (DELETE), `/api/v1/endpoints/{slug}/hooks/{hook_id}/enable`
-(POST), `/api/v1/endpoints/{slug}/hooks/deliveries`
-(GET the delivery log), with a human API token (`Authorization: Bearer sbh_…`).
+API. The routes under `/api/v1/endpoints/{slug}/hooks` (list, add → the secret shown once, remove,
+enable, the delivery log) are operations of the human API's table (web/api/routes.py), validated by
+its models and described by its OpenAPI document.
 """
 
 from __future__ import annotations
@@ -39,18 +38,11 @@ from typing import Any
 
 import httpx
 from standardwebhooks import Webhook
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from .. import __version__
 from ..core import hooks as core_hooks
-from ..core.errors import Invalid
 from ..core.events import Event
 from ..core.inputs import cut_utf8
-from ..core.models import HumanCaller
-from .api import _body as read_body
-from .api import _route as human_route
 from ..db.listen import ReadyListener
 from ..runtime import Component, Runtime
 from . import outbound
@@ -255,58 +247,6 @@ class HookSender:
         return state
 
 
-# ------------------------------------------------------------------------------------- human API
-# The producer API's own helpers: the `sbh_` bearer check, JSON bodies with known fields only, and
-# errors as `{"error": {...}}` with the status of their code.
-
-@human_route
-async def list_hooks(request: Request, human: HumanCaller) -> Response:
-    core = request.app.state.ctx.core
-    return JSONResponse({"hooks": await core_hooks.list_for_endpoint(core, human, request.path_params["slug"])})
-
-
-@human_route
-async def add_hook(request: Request, human: HumanCaller) -> Response:
-    body = await read_body(request, ("url", "events"))
-    hook, secret = await core_hooks.add(request.app.state.ctx.core, human, request.path_params["slug"],
-                                        url=body.get("url"), events=body.get("events"))
-    return JSONResponse({"hook": hook, "signing_secret": secret}, status_code=201,
-                        headers={"Cache-Control": "no-store"})
-
-
-@human_route
-async def remove_hook(request: Request, human: HumanCaller) -> Response:
-    removed = await core_hooks.remove(request.app.state.ctx.core, human, request.path_params["hook_id"],
-                                      slug=request.path_params["slug"])
-    return JSONResponse({"removed": removed})
-
-
-@human_route
-async def enable_hook(request: Request, human: HumanCaller) -> Response:
-    hook = await core_hooks.enable(request.app.state.ctx.core, human, request.path_params["hook_id"],
-                                   slug=request.path_params["slug"])
-    return JSONResponse({"hook": hook})
-
-
-@human_route
-async def list_deliveries(request: Request, human: HumanCaller) -> Response:
-    try:
-        limit = int(request.query_params.get("limit", "50"))
-    except ValueError:
-        raise Invalid("limit must be an integer", argument="limit") from None
-    rows = await core_hooks.deliveries(request.app.state.ctx.core, human, slug=request.path_params["slug"],
-                                       hook_id=request.query_params.get("hook_id"), limit=limit,
-                                       with_attempts=True)
-    return JSONResponse({"deliveries": rows})
-
-
 def component(sender: HookSender) -> Component:
-    base = "/api/v1/endpoints/{slug}/hooks"
-    routes = [
-        Route(base + "/deliveries", list_deliveries, methods=["GET"]),
-        Route(base, list_hooks, methods=["GET"]),
-        Route(base, add_hook, methods=["POST"]),
-        Route(base + "/{hook_id}", remove_hook, methods=["DELETE"]),
-        Route(base + "/{hook_id}/enable", enable_hook, methods=["POST"]),
-    ]
-    return Component(name="hooks", routes=routes, start=sender.start, stop=sender.stop)
+    """The sender's lifecycle; the hook routes of the human API are in web/api (its operation table)."""
+    return Component(name="hooks", start=sender.start, stop=sender.stop)

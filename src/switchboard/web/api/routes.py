@@ -313,7 +313,7 @@ OPERATIONS: list[Operation] = [
               m.TodoReply, query=m.TodoShowQuery,
               description="The owner's view: payload, result, input and every kept attempt, newest first."),
     *_action_operations(),
-    # hooks (the same paths and answers as web/hooks.py, which registered them first)
+    # hooks (the paths and answers they had when web/hooks.py served them)
     Operation("POST", "/api/v1/endpoints/{slug}/hooks", "hook_add", "hooks", "Add a notify hook", add_hook,
               m.HookCreated, status=201, body=m.HookRequest,
               description="A signed webhook of the endpoint's todo events; the signing secret is shown once."),
