@@ -267,3 +267,25 @@ async def test_the_relay_ledger_includes_notes(core):
     assert entries[0]["died"] is True
     assert [n["text"] for n in entries[0]["notes"]] == ["installed the toolchain", "running the slow suite"]
     assert "notes" not in entries[1]
+
+
+# ------------------------------------------------------------------------------------- invariants
+
+async def test_the_invariant_checker_sees_notes_out_of_bounds(core):
+    from core_world import sql
+
+    w = await make_world(core)
+    t = await w.todo()
+    await todos.claim(core, w.e1, t["id"])
+    await todos.heartbeat(core, w.e1, t["id"], note="fine")
+    await todos.complete(core, w.e1, t["id"])
+    assert await check(core) == []
+    await sql(core, "UPDATE todo_attempts SET notes = notes || jsonb_build_array(jsonb_build_object("
+                    "'at', ended_at + interval '1 second', 'text', 'late')) WHERE todo_id = %s", (t["id"],))
+    assert any("notes" in p for p in await check(core))
+    for n in (inputs.NOTES_MAX_PER_ATTEMPT, inputs.NOTES_MAX_PER_ATTEMPT + 1):  # in time, at and over the bound
+        await sql(core, "UPDATE todo_attempts SET notes = (SELECT jsonb_agg(jsonb_build_object("
+                        "'at', claimed_at, 'text', g::text)) FROM generate_series(1, %s) g) WHERE todo_id = %s",
+                  (n, t["id"]))
+        assert any("notes" in p for p in await check(core)) == (n > inputs.NOTES_MAX_PER_ATTEMPT)
+    await sql(core, "DELETE FROM todos WHERE id = %s", (t["id"],))

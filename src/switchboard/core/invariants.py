@@ -13,11 +13,14 @@ Returns a list of violations (empty when the database is consistent):
   max_attempts: a todo released at the cap is claimable again and dead-letters on its next end);
 - no attempt ends before it was claimed;
 - an owner's lease extension is recorded only on an agent's attempt (the owner's own extension of
-  their own lease is a heartbeat), never before the claim.
+  their own lease is a heartbeat), never before the claim;
+- an attempt keeps at most NOTES_MAX_PER_ATTEMPT progress notes, none written before its claim or
+  after it closed.
 """
 
 from __future__ import annotations
 
+from .inputs import NOTES_MAX_PER_ATTEMPT
 from .states import DIED_OUTCOMES, HELD_STATES, Disposition as D, TodoState as S, sql_list
 
 _HELD = sql_list(HELD_STATES)
@@ -68,6 +71,11 @@ CHECKS = {
     "owner extension on the owner's own attempt, or before its claim": """
         SELECT todo_id FROM todo_attempts
          WHERE owner_extended_at IS NOT NULL AND (claimer_kind = 'owner' OR owner_extended_at < claimed_at)""",
+    "attempt notes over the bound, or written outside the attempt": f"""
+        SELECT todo_id FROM todo_attempts
+         WHERE jsonb_array_length(notes) > {NOTES_MAX_PER_ATTEMPT}
+            OR (notes <> '[]'::jsonb AND ((notes->0->>'at')::timestamptz < claimed_at
+                                          OR (notes->-1->>'at')::timestamptz > ended_at))""",
 }
 
 
