@@ -24,6 +24,16 @@ Latency: `todos.claim_next` p50/p99 with 1,000 and with 1,000,000 pending todos 
 INSERT ... SELECT generate_series), each backlog in its own database, alternating between the two;
 then the generic plan of the prepared claim statement at the big backlog (index scans only?).
 
+With --notes the run measures progress notes on attempts instead (issue 16), in one database, the
+variants interleaved in rounds as above:
+
+  heartbeat         `todos.heartbeat` on a held todo, no note (one todo per worker)
+  heartbeat+note    the same with a note of --note-bytes bytes; the attempt keeps the newest 20,
+                    so after the first rounds every note also drops the oldest
+  claim-plain       `todos.claim_next` + `todos.complete` over todos whose lapsed attempt has no note
+                    (a takeover: the claim closes that attempt and returns it in prior_attempts)
+  claim-noted       the same over todos whose lapsed attempt carries 20 notes of --note-bytes bytes
+
 Every database first gets 20,000 done todos with one completed attempt each, as a system in service
 has: on an empty attempts table the prepared claim statement would be planned with sequential scans
 of todo_attempts and keep that plan while the table grows.
@@ -34,6 +44,7 @@ SWITCHBOARD_DATABASE_URL (its own databases are created there and dropped afterw
     make bench                     # full run, about 6-8 minutes on 2 cores
     .venv/bin/python bench/store_bench.py --quick      # about 1 minute, 100,000 as the big backlog
     .venv/bin/python bench/store_bench.py --batch 100 --workers 4,16 --skip-latency   # batched vs per-claim
+    .venv/bin/python bench/store_bench.py --notes --workers 1,4    # heartbeat notes and the claim path
 """
 
 from __future__ import annotations
@@ -60,7 +71,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from switchboard.config import load_settings
-from switchboard.core import endpoints, humans, todos
+from switchboard.core import endpoints, humans, inputs, todos
 from switchboard.core.models import Core, EndpointCaller
 from switchboard.core.queries import FRAGMENTS_FILE, Q, _read, parse, splice
 from switchboard.db import migrate
@@ -582,6 +593,162 @@ def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection], batc
 SERVER_CPU = ServerCpu(None)
 
 
+# ------------------------------------------------------------------------------- notes (issue 16)
+
+NOTED_QUEUE, PLAIN_QUEUE, HEARTBEAT_QUEUE = "noted", "plain", "beats"
+
+# The notes of the `noted` queue's open attempts, set in one statement: as many as an attempt keeps,
+# each of %(bytes)s bytes of hex (little to compress, as prose is), oldest first, at the claim time.
+FILL_NOTES = """
+UPDATE todo_attempts a
+   SET notes = (SELECT jsonb_agg(jsonb_build_object('at', a.claimed_at, 'text',
+                                                    left(repeat(md5(random()::text || g || a.todo_id), 16),
+                                                         %(bytes)s)) ORDER BY g)
+                  FROM generate_series(1, %(n)s) g)
+  FROM todos t
+ WHERE t.id = a.todo_id AND t.queue = %(queue)s AND a.ended_at IS NULL
+"""
+LAPSE_QUEUES = """
+WITH t AS (
+    UPDATE todos SET lease_expires_at = now() - interval '1 minute'
+     WHERE queue = ANY(%(queues)s::text[]) AND state = 'claimed'
+    RETURNING id
+)
+UPDATE todo_attempts a SET lease_expires_at = now() - interval '1 minute'
+  FROM t WHERE a.todo_id = t.id AND a.ended_at IS NULL
+"""
+
+
+async def notes_tenant(uri: str) -> Tenant:
+    pool = await open_pool(uri, min_size=2, max_size=20)
+    core = Core(pool=pool, settings=load_settings(database_url=uri, log_format="text"))
+    human = await humans.add(core, "bench-notes")
+    _, credential = await endpoints.vend(core, human, agent="bench",
+                                         queues=[QUEUE, NOTED_QUEUE, PLAIN_QUEUE, HEARTBEAT_QUEUE])
+    caller = endpoints.caller_from_row(await endpoints.resolve_credential(core, credential), "bench-session")
+    return Tenant(uri=uri, core=core, caller=caller)
+
+
+async def prepare_takeovers(tenant: Tenant, per_queue: int, note_bytes: int, log) -> None:
+    """`per_queue` todos in each of the noted and plain queues, claimed once (by the batched claim)
+    and lapsed; the noted ones' open attempts carry a full set of notes first."""
+    core, caller = tenant.core, tenant.caller
+    async with core.pool.connection() as conn:
+        for queue in (NOTED_QUEUE, PLAIN_QUEUE):
+            await conn.execute(BULK_LOAD, {"endpoint_id": caller.endpoint_id, "queue": queue, "n": per_queue})
+    for queue in (NOTED_QUEUE, PLAIN_QUEUE):
+        got = 1
+        while got:
+            got = len(await todos.claim_next_batch(core, caller, max_todos=100, queue=queue,
+                                                   lease_ttl_seconds=LEASE_TTL))
+    async with core.pool.connection() as conn:
+        await conn.execute(FILL_NOTES, {"queue": NOTED_QUEUE, "n": inputs.NOTES_MAX_PER_ATTEMPT,
+                                        "bytes": note_bytes})
+        await conn.execute(LAPSE_QUEUES, {"queues": [NOTED_QUEUE, PLAIN_QUEUE]})
+    await tenant.analyze()
+    log(f"notes: {per_queue:,} lapsed todos per queue, {inputs.NOTES_MAX_PER_ATTEMPT} notes of {note_bytes} "
+        "bytes on each noted attempt")
+
+
+def notes_variants(tenant: Tenant, held: list[str], note: str) -> list[Variant]:
+    core, caller = tenant.core, tenant.caller
+
+    async def beat_worker(todo_id: str, with_note: bool, deadline: float) -> tuple[int, bool]:
+        n = 0
+        while time.perf_counter() < deadline:
+            await todos.heartbeat(core, caller, todo_id, lease_ttl_seconds=LEASE_TTL,
+                                  note=note if with_note else None)
+            n += 1
+        return n, False
+
+    async def claim_worker(queue: str, deadline: float) -> tuple[int, bool]:
+        n = 0
+        while time.perf_counter() < deadline:
+            got = await todos.claim_next(core, caller, queue=queue, lease_ttl_seconds=LEASE_TTL)
+            if got is None:
+                return n, True
+            await todos.complete(core, caller, got.todo["id"])
+            n += 1
+        return n, False
+
+    async def gather(coros) -> tuple[int, bool]:
+        got = await asyncio.gather(*coros)
+        return sum(c for c, _ in got), any(s for _, s in got)
+
+    def beats(with_note: bool):
+        async def run(w: int, deadline: float):
+            return await gather([beat_worker(held[i], with_note, deadline) for i in range(w)])
+        return run
+
+    def claims(queue: str):
+        async def run(w: int, deadline: float):
+            return await gather([claim_worker(queue, deadline) for _ in range(w)])
+        return run
+
+    return [Variant("heartbeat", beats(False)), Variant("heartbeat+note", beats(True)),
+            Variant("claim-plain", claims(PLAIN_QUEUE)), Variant("claim-noted", claims(NOTED_QUEUE))]
+
+
+async def notes_main(args: argparse.Namespace, log) -> int:
+    worker_counts = [int(x) for x in args.workers.split(",")]
+    info = machine_info()
+    global SERVER_CPU
+    with postgres_server() as (server_uri, server_how, pgdata):
+        SERVER_CPU = ServerCpu(pgdata)
+        dbs = Databases(server_uri)
+        tenant = None
+        try:
+            facts = await server_facts(server_uri)
+            log(f"PostgreSQL {facts['server_version']} ({server_how}); {info['nproc']} CPUs {info['cpu']}")
+            tenant = await notes_tenant(await dbs.create("notes"))
+            await tenant.load_history(args.history)
+            per_queue = args.takeovers
+            await prepare_takeovers(tenant, per_queue, args.note_bytes, log)
+            async with tenant.core.pool.connection() as conn:
+                await conn.execute(BULK_LOAD, {"endpoint_id": tenant.caller.endpoint_id, "queue": HEARTBEAT_QUEUE,
+                                               "n": max(worker_counts)})
+            held = []
+            for _ in range(max(worker_counts)):
+                got = await todos.claim_next(tenant.core, tenant.caller, queue=HEARTBEAT_QUEUE,
+                                             lease_ttl_seconds=LEASE_TTL)
+                held.append(got.todo["id"])
+            note = ("n" * args.note_bytes)[:args.note_bytes]
+            variants = notes_variants(tenant, held, note)
+            results: dict[str, dict[int, list[dict]]] = {v.name: {w: [] for w in worker_counts} for v in variants}
+            for r in range(args.rounds):
+                for w in worker_counts:
+                    order = variants if r % 2 == 0 else list(reversed(variants))
+                    for v in order:
+                        m = await measure(v, w, args.seconds)
+                        if m["starved"]:
+                            log(f"  {v.name} at {w} workers ran out of todos: raise --takeovers")
+                        results[v.name][w].append(m)
+                log(f"  round {r + 1}/{args.rounds} done")
+            rows = []
+            for v in variants:
+                for w in worker_counts:
+                    ms = results[v.name][w]
+                    cps = sorted(m["cps"] for m in ms)
+                    med = cps[len(cps) // 2]
+                    pg = sorted(m["pg_us"] for m in ms if m["pg_us"] is not None)
+                    py = sorted(m["py_us"] for m in ms)
+                    rows.append([v.name, str(w), f"{med:,.0f}", f"{min(cps):,.0f}-{max(cps):,.0f}",
+                                 f"{py[len(py) // 2]:,.0f}", f"{pg[len(pg) // 2]:,.0f}" if pg else "n/a"])
+            print(f"Notes benchmark: {args.rounds} rounds x {args.seconds:g} s, note {args.note_bytes} bytes, "
+                  f"{inputs.NOTES_MAX_PER_ATTEMPT} kept per attempt; PostgreSQL {facts['server_version']}, "
+                  f"{info['nproc']} CPUs")
+            print(fmt_table(rows, ["variant", "workers", "ops/s median", "range", "client CPU us/op",
+                                   "server CPU us/op"]))
+            if args.json:
+                Path(args.json).write_text(json.dumps({"notes": {v: {str(w): ms for w, ms in by_w.items()}
+                                                                 for v, by_w in results.items()}}, indent=2))
+        finally:
+            if tenant is not None:
+                await tenant.core.pool.close()
+            await dbs.drop_all()
+    return 0
+
+
 async def measure(variant: Variant, workers: int, seconds: float) -> dict:
     pg0, py0 = SERVER_CPU.seconds(), time.process_time()
     start = time.perf_counter()
@@ -715,6 +882,8 @@ def paired_ratio(a: list[float], b: list[float]) -> float:
 
 async def main(args: argparse.Namespace) -> int:
     log = (lambda *_: None) if args.silent else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if args.notes:
+        return await notes_main(args, log)
     worker_counts = [int(x) for x in args.workers.split(",")]
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     load_start = loadavg()
@@ -978,6 +1147,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
                    help="event loop (uvloop, as uvicorn uses it when installed)")
     p.add_argument("--explain", action="store_true", help="print the full claim_next plan at the big backlog")
+    p.add_argument("--notes", action="store_true",
+                   help="measure heartbeat notes and claim_next over attempts with notes (issue 16), nothing else")
+    p.add_argument("--note-bytes", type=int, default=200, help="bytes per note with --notes (default 200)")
+    p.add_argument("--takeovers", type=int, default=20_000,
+                   help="lapsed todos per queue for the claim variants of --notes (default 20,000)")
     p.add_argument("--json", help="also write the results to this JSON file")
     p.add_argument("--silent", action="store_true", help="no progress lines on stderr")
     args = p.parse_args(argv)
