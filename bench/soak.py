@@ -1035,6 +1035,7 @@ class Soak:
                 say(f"drain ran out of time with {left} live todos")
                 break
             await asyncio.sleep(0.5)
+        say("queues drained; agents stopping")
         await self.tell_hosts({"op": "stop"})
         for proc in self.hosts:
             try:
@@ -1044,7 +1045,9 @@ class Soak:
                 proc.kill()
                 await proc.wait()
                 self.violations.append("an agent process did not stop within 30 s of being told to")
+        say("agents stopped; waiting for the sweeps")
         await self.wait_for_sweeps()
+        say("checking")
 
     async def wait_for_sweeps(self) -> None:
         """Leases left by killed holders lapse; the processes' sweeps (every --sweep-interval) reap them.
