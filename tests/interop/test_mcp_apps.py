@@ -136,7 +136,7 @@ async def _history(core, a) -> dict:
     caller = endpoints.caller_from_row(await endpoints.resolve_credential(core, a.credential))
     t = await push(core, a, "Fix the flaky login test", max_attempts=5)
     await todos.claim(core, caller, t["id"], lease_ttl_seconds=1, claimant="box-1/worker")
-    await todos.heartbeat(core, caller, t["id"], lease_ttl_seconds=1)
+    await todos.heartbeat(core, caller, t["id"], lease_ttl_seconds=1, note=f"note {MARKUP}")
     await asyncio.sleep(1.1)
     await sweeps.sweep_once(core)  # the reaper closes the lapsed attempt: died
     await todos.claim(core, caller, t["id"], claimant="box-2/worker")
@@ -198,6 +198,8 @@ async def test_the_view_renders_a_real_get_todo_result_through_the_app_bridge(co
             assert "died: no report" in await died.inner_text() and "last heartbeat" in await died.inner_text()
             # The markup summary is shown as its characters: no element made of it.
             assert await view.locator('li[data-seq="2"] p.summary').inner_text() == MARKUP
+            # The died attempt's progress note, as its characters too.
+            assert (await view.locator('li[data-seq="1"] li.note').inner_text()).endswith(f" · note {MARKUP}")
             assert await view.locator("img, b").count() == 0
             # https artifact: a link the host opens; anything else: text.
             link = view.locator('li[data-seq="2"] a.artifact')

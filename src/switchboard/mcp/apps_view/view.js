@@ -58,6 +58,13 @@ function attemptItem(attempt, app) {
     li.append(el("p", "summary", attempt.summary));
   }
   if (attempt.artifact) li.append(artifact(attempt.artifact, app));
+  const notes = Array.isArray(attempt.notes) ? attempt.notes : [];
+  if (notes.length > 0) {
+    // Progress notes the holder left with its heartbeats, oldest first: set as text, never markup.
+    const list = el("ol", "notes");
+    for (const note of notes) list.append(el("li", "note", `${note.at} · ${note.text}`));
+    li.append(el("div", "notes-label", `progress notes (${notes.length})`), list);
+  }
   return li;
 }
 
