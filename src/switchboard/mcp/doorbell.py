@@ -146,7 +146,7 @@ class Doorbell:
     # ---------------------------------------------------------------------------------- rings
 
     def _local_endpoints(self) -> set[str]:
-        return {s.endpoint_id for s in self.sessions.all()} | self.listeners.endpoints()
+        return self.sessions.endpoints() | self.listeners.endpoints()
 
     async def on_wakeups(self, batch: list[dict]) -> None:
         """Wake-ups from any process: clear the gate of re-queued todos, then ring the ready ones."""

@@ -143,15 +143,18 @@ class McpSurface:
             allowed_hosts=[*bracket, *(f"{h}:*" for h in bracket)],
             allowed_origins=[f"{scheme}://{h}{port}" for scheme in ("http", "https") for h in bracket
                              for port in ("", ":*")])
+        soft_fds, _ = raise_soft_limit()  # each held MCP connection is an open file (descriptors.py)
         self.manager = StreamableHTTPSessionManager(
             app=self.server, json_response=True, security_settings=security,
-            max_request_body_size=MAX_BODY_BYTES)
+            max_request_body_size=MAX_BODY_BYTES,
+            # The SDK's own ceiling (10,000) would refuse sessions the descriptor guard still has room
+            # for; sessions without a held stream cost no descriptor, hence twice the limit.
+            max_sessions=max(10_000, 2 * soft_fds))
         tag_session_ids(self.manager, self.settings.instance_id)  # routable ids (docs/deploy.md)
         self.credentials = CredentialCache(self.settings.mcp_auth_cache_seconds)
         self.credentials.session_owner = self._session_owner
         self.gateway = Gateway(StreamableHTTPASGIApp(self.manager), self.settings, lambda: self.runtime.core,
                                self.credentials)
-        raise_soft_limit()  # each held MCP connection is an open file (descriptors.py)
         self.front = DescriptorGuard(self.gateway)  # what `/mcp/<slug>` routes to
         self._stack: contextlib.AsyncExitStack | None = None
         self._unsubscribe_bus = None

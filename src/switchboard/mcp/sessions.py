@@ -22,10 +22,10 @@ class LiveSession:
     session: Any  # the SDK's ServerSession: `await session.send_notification(...)`
     channel: bool = False  # the client declared the experimental `claude/channel` capability
     subscriptions: set[str] = field(default_factory=set)  # resource URIs subscribed to
+    endpoint_id: str = field(init=False)  # str(caller.endpoint_id), computed once
 
-    @property
-    def endpoint_id(self) -> str:
-        return str(self.caller.endpoint_id)
+    def __post_init__(self) -> None:
+        self.endpoint_id = str(self.caller.endpoint_id)
 
 
 Callback = Callable[[LiveSession], Awaitable[None] | None]
@@ -34,6 +34,9 @@ Callback = Callable[[LiveSession], Awaitable[None] | None]
 class SessionRegistry:
     def __init__(self) -> None:
         self._by_id: dict[str, LiveSession] = {}
+        # Sessions by endpoint id: a ring looks up one endpoint's sessions without scanning every
+        # session of the process (thousands of idle ones; docs/benchmarks.md).
+        self._by_endpoint: dict[str, dict[str, LiveSession]] = {}
         self.on_added: list[Callback] = []
         self.on_removed: list[Callback] = []
 
@@ -46,20 +49,36 @@ class SessionRegistry:
     def all(self) -> list[LiveSession]:
         return list(self._by_id.values())
 
+    def endpoints(self) -> set[str]:
+        """The endpoint ids with at least one live session here."""
+        return set(self._by_endpoint)
+
     def for_endpoint(self, endpoint_id: str) -> list[LiveSession]:
-        return [s for s in self._by_id.values() if s.endpoint_id == str(endpoint_id)]
+        return list(self._by_endpoint.get(str(endpoint_id), {}).values())
 
     async def add(self, live: LiveSession) -> None:
+        old = self._by_id.pop(live.session_id, None)
+        if old is not None:
+            self._unindex(old)
         self._by_id[live.session_id] = live
+        self._by_endpoint.setdefault(live.endpoint_id, {})[live.session_id] = live
         for cb in list(self.on_added):
             res = cb(live)
             if res is not None:
                 await res
 
+    def _unindex(self, live: LiveSession) -> None:
+        mine = self._by_endpoint.get(live.endpoint_id)
+        if mine is not None:
+            mine.pop(live.session_id, None)
+            if not mine:
+                del self._by_endpoint[live.endpoint_id]
+
     async def remove(self, session_id: str) -> None:
         live = self._by_id.pop(session_id, None)
         if live is None:
             return
+        self._unindex(live)
         for cb in list(self.on_removed):
             res = cb(live)
             if res is not None:
