@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.installed-run
 SCREENSHOT_TESTS := tests/test_board_screens.py tests/test_board_auth.py tests/test_board_drawer.py \
                     tests/test_a2ui_render.py
 
-.PHONY: run test bench bench-peers install browser nginx interop clean screenshots soak
+.PHONY: run test lint bench bench-peers install browser nginx interop clean screenshots soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,8 +64,13 @@ run: $(RUN_STAMP)
 
 # Tests write their screenshots under build/screens (ignored); `make screenshots` refreshes the
 # committed ones in docs/screens.
-test: $(STAMP) browser nginx interop
+test: $(STAMP) lint browser nginx interop
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# ruff and mypy, configured in pyproject.toml; `make test` runs this first.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/mypy
 
 screenshots: $(STAMP) browser
 	SWITCHBOARD_SCREENS_DIR=$(CURDIR)/docs/screens $(BIN)/python -m pytest $(SCREENSHOT_TESTS) $(PYTEST_ARGS)
