@@ -95,7 +95,7 @@ SELECT r.* FROM (
 SELECT c.*,
        (SELECT seq FROM opened) AS attempt_seq,
        (SELECT to_jsonb(cl) FROM closed cl) AS closed_attempt,
-       (SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.seq DESC), '[]'::jsonb)
+       (SELECT coalesce(jsonb_agg(to_jsonb(p) || {{last_note_only}} ORDER BY p.seq DESC), '[]'::jsonb)
           FROM (SELECT z.* FROM (SELECT a.* FROM todo_attempts a
                                   WHERE a.todo_id = c.id AND a.ended_at IS NOT NULL
                                     AND a.seq > c.attempts_pruned
@@ -172,7 +172,7 @@ SELECT c.*,
        c.attempts_total AS attempt_seq,
        (SELECT to_jsonb(cl) FROM closed cl WHERE cl.todo_id = c.id) AS closed_attempt,
        CASE WHEN c.attempts_total = 1 THEN '[]'::jsonb ELSE  -- a first attempt has none to read
-       (SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.seq DESC), '[]'::jsonb)
+       (SELECT coalesce(jsonb_agg(to_jsonb(p) || {{last_note_only}} ORDER BY p.seq DESC), '[]'::jsonb)
           FROM (SELECT z.* FROM (SELECT a.* FROM todo_attempts a
                                   WHERE a.todo_id = c.id AND a.ended_at IS NOT NULL
                                     AND a.seq > c.attempts_pruned
@@ -203,3 +203,8 @@ WITH i AS (
 -- name: fence_each
 -- `fence` for a batch: each open attempt `a` against the token hash of its own item in `t`.
 (%(human_id)s::uuid IS NOT NULL OR a.lease_token_hash IS NOT DISTINCT FROM t.token_hash)
+
+-- name: last_note_only
+-- A prior attempt `p` as a claim returns it: its notes cut to the newest one (shapes.attempt reads it
+-- as last_note), so a claim does not carry up to 20 notes per prior attempt (issue 16).
+jsonb_build_object('notes', jsonb_path_query_array(p.notes, '$[last]'))
