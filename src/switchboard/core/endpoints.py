@@ -119,7 +119,8 @@ async def get_for_human(core: Core, human: HumanCaller, slug: Any) -> dict:
 
 
 async def _revoke_id(core: Core, endpoint_id: UUID) -> tuple[bool, int]:
-    async with core.pool.connection() as conn:
+    async with core.pool.connection() as conn, conn.transaction():
+        await conn.execute(Q.endpoints.lock_for_revoke, {"endpoint_id": endpoint_id})
         cur = await conn.execute(Q.endpoints.revoke, {"endpoint_id": endpoint_id})
         rows = await cur.fetchall()
     revoked = bool(rows and rows[0]["revoked"])

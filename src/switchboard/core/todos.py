@@ -120,20 +120,27 @@ async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: str, 
         "assignee": inputs.text(assignee, "assignee", max_chars=inputs.ASSIGNEE_MAX_CHARS),
         "max_attempts": inputs.max_attempts(max_attempts, core.settings.default_max_attempts),
     }
-    try:
-        row = await _one(core, Q.todos.create, params)
-    except psycopg.errors.ForeignKeyViolation:
-        raise NotFound("endpoint not found", argument="endpoint_id", op="create") from None
+    row = await _one(core, Q.todos.create, params)
     if row is None:
         existing = await _one(core, Q.todos.find_live_duplicate, params)
-        if existing is None:  # the duplicate finished between the two statements: try once more
-            row = await _one(core, Q.todos.create, params)
-            if row is None:
-                raise Conflict("a todo with this key is changing state; try again", op="create")
-        else:
+        if existing is not None:
             return shapes.full(existing), False
+        await _endpoint_takes_todos(core, endpoint_id)
+        # The duplicate finished between the two statements: try once more.
+        row = await _one(core, Q.todos.create, params)
+        if row is None:
+            raise Conflict("a todo with this key is changing state; try again", op="create")
     await core.bus.publish(events.build("create", row, ready="created", source=source))
     return shapes.full(row), True
+
+
+async def _endpoint_takes_todos(core: Core, endpoint_id: uuid.UUID) -> None:
+    """Why `create` inserted nothing when no duplicate holds the key: the endpoint is gone or not live."""
+    row = await _one(core, Q.todos.endpoint_state, {"endpoint_id": endpoint_id})
+    if row is None:
+        raise NotFound("endpoint not found", argument="endpoint_id", op="create")
+    if not row["live"]:
+        raise Invalid("endpoint is revoked or expired", argument="endpoint")
 
 
 # ---------------------------------------------------------------------------------------- claims

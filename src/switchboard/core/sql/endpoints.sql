@@ -39,6 +39,11 @@ SELECT e.*, g.name AS agent_name, g.human_id
   FROM endpoints e JOIN agents g ON g.id = e.agent_id
  WHERE e.id = %(id)s
 
+-- name: lock_for_revoke
+-- First statement of a revocation's transaction: waits for pushes holding the endpoint's row (see
+-- todos.create), so that the cascade below, a later statement, sees every todo they committed.
+SELECT id FROM endpoints WHERE id = %(endpoint_id)s FOR NO KEY UPDATE
+
 -- name: revoke
 -- The revocation cascade (SYSTEM.md section 6, last row): the endpoint stops, every live todo of it
 -- becomes a dead letter, and each open attempt closes `revoked` / `dead_lettered`. One statement.

@@ -2,15 +2,27 @@
 -- attempt write it records sit in the same data-modifying CTE (SPEC-0034 REQ-2, REQ-3, REQ-18).
 
 -- name: create
+-- Inserts only while the endpoint is live, holding a share lock on its row until commit: a revocation
+-- (endpoints.lock_for_revoke) either waits for this todo and then dead-letters it, or commits first
+-- and this statement inserts nothing. No row back: a live duplicate holds the key, or the endpoint is
+-- revoked, expired or gone (the caller tells which).
 INSERT INTO todos (id, endpoint_id, queue, source, kind, title, payload, idempotency_key, assignee,
                    max_attempts)
-VALUES (%(id)s, %(endpoint_id)s, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(key)s,
-        %(assignee)s, %(max_attempts)s)
+SELECT %(id)s, e.id, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(key)s,
+       %(assignee)s, %(max_attempts)s
+  FROM endpoints e
+ WHERE e.id = %(endpoint_id)s AND e.state = 'active' AND (e.expires_at IS NULL OR e.expires_at > now())
+   FOR SHARE OF e
 ON CONFLICT (endpoint_id, idempotency_key)
    WHERE idempotency_key IS NOT NULL AND state NOT IN ('done', 'canceled')
      AND (state <> 'failed' OR next_retry_at IS NOT NULL)
 DO NOTHING
 RETURNING *
+
+-- name: endpoint_state
+-- Whether an endpoint takes new todos (after `create` inserted nothing and no duplicate was found).
+SELECT state = 'active' AND (expires_at IS NULL OR expires_at > now()) AS live
+  FROM endpoints WHERE id = %(endpoint_id)s
 
 -- name: find_live_duplicate
 SELECT * FROM todos
