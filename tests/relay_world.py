@@ -15,9 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from switchboard.core import endpoints, humans, todos
-
 from conftest import ROOT, core_for, run_async
+from switchboard.core import endpoints, humans, todos
 
 EXAMPLE = ROOT / "examples" / "relay"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from a2ui.core import A2uiValidationError
@@ -20,13 +20,12 @@ from a2ui.utils import load_agent_to_renderer_schema, load_common_types_schema, 
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
+from core_world import attempt_rows, lapse, make_due, make_world, sql
 from switchboard.core import shapes, sweeps, todos
 from switchboard.core.errors import NotFound
 from switchboard.mcp import a2ui
 from switchboard.mcp import a2ui_documents as documents
 from switchboard.runtime import Runtime
-
-from core_world import attempt_rows, lapse, make_due, make_world, sql
 
 SCRIPT = "<script>alert(1)</script>"
 SESSION = "mcp-session-SECRET-7f3a"
@@ -295,7 +294,7 @@ async def test_queue_outside_the_grant_is_not_found_like_an_unknown_one(core):
 
 
 def test_age_reads_in_two_units():
-    now = datetime(2026, 9, 22, 14, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 9, 22, 14, 0, tzinfo=UTC)
     for delta, want in ((timedelta(seconds=45), "45s"), (timedelta(minutes=3, seconds=12), "3m 12s"),
                         (timedelta(hours=2, minutes=5), "2h 5m"), (timedelta(days=4, hours=1), "4d 1h"),
                         (timedelta(seconds=-5), "0s")):

@@ -12,11 +12,10 @@ import json
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from switchboard.core import endpoints
-from switchboard.mcp import a2ui_documents as documents
-
 from core_world import World
 from mcp_support import Raw, sdk, vend
+from switchboard.core import endpoints
+from switchboard.mcp import a2ui_documents as documents
 from test_a2ui import attempt_cards, card_texts, history_todo, validate
 
 MIME = "application/a2ui+json"

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.core import todos
-from switchboard.mcp import a2ui
-from switchboard.mcp import a2ui_documents as documents
-
 from board_kit import SCREENS
 from conftest import ROOT, chromium_path
 from core_world import make_world
+from switchboard.core import todos
+from switchboard.mcp import a2ui
+from switchboard.mcp import a2ui_documents as documents
 from test_a2ui import SCRIPT, SESSION, history_todo
 
 BUNDLE = ROOT / "tests" / "fixtures" / "a2ui-renderer" / "dist" / "a2ui-renderer.js"

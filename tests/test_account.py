@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from account_kit import csrf_of, post_with_session, sign_in, signed_in_status
-from board_kit import (PASSWORD, axe_violations, board_server, browser, page_for,  # noqa: F401
-                       screenshot, sign_in as browser_sign_in)
+from board_kit import PASSWORD, axe_violations, board_server, browser, page_for, screenshot  # noqa: F401
+from board_kit import sign_in as browser_sign_in
 from conftest import create_database, make_settings, start_process_server, start_thread_server
 from switchboard.core import humans
 from test_cli import _base_env, ok_json, refused, sb

@@ -6,9 +6,9 @@ import json
 
 import httpx
 import pytest
+
 from conftest import make_settings, start_thread_server
 from mcp_support import push, vend
-
 from switchboard.core import endpoints, humans, todos
 
 

@@ -4,10 +4,10 @@ refused, nothing fetched from elsewhere, every operation present, and no axe vio
 from __future__ import annotations
 
 import pytest
-from board_kit import CHROMIUM_ARGS, axe_violations
-from conftest import chromium_path, make_settings, start_thread_server
 from playwright.async_api import async_playwright
 
+from board_kit import CHROMIUM_ARGS, axe_violations
+from conftest import chromium_path, make_settings, start_thread_server
 from switchboard.web.api import OPERATIONS
 
 

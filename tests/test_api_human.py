@@ -11,14 +11,14 @@ import logging
 import re
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import psycopg
 import pytest
+
 from conftest import make_settings, start_thread_server
 from mcp_support import push, vend
-
 from switchboard.core import api_tokens, endpoints, hooks, humans, todos
 from switchboard.web.api import OPERATIONS
 from switchboard.web.api.models import ACTION_MODELS
@@ -114,14 +114,16 @@ async def test_endpoints_vend_list_show_revoke_with_expiry(core, server):
     assert set(vended) == {"endpoint_id", "slug", "agent", "queues", "verbs", "mcp_url", "credential", "expires_at"}
     assert vended["mcp_url"] == f"{server.settings.public_base_url}/mcp/{vended['slug']}"
     assert (vended["agent"], vended["queues"], vended["verbs"]) == ("builder", ["ci"], ["claim_next", "complete"])
-    left = datetime.fromisoformat(vended["expires_at"].replace("Z", "+00:00")) - datetime.now(timezone.utc)
+    left = datetime.fromisoformat(vended["expires_at"].replace("Z", "+00:00")) - datetime.now(UTC)
     assert 3500 < left.total_seconds() <= 3600
     assert (await endpoints.resolve_credential(core, vended["credential"]))["slug"] == vended["slug"]
 
     before = await fingerprint(core)
-    for body, argument in (({"agent": "a", "queues": ["bad queue"]}, "queues"), ({"agent": "a", "verbs": ["fly"]}, "verbs"),
+    for body, argument in (({"agent": "a", "queues": ["bad queue"]}, "queues"),
+                           ({"agent": "a", "verbs": ["fly"]}, "verbs"),
                            ({"agent": ""}, "agent"), ({"agent": "a", "lease_ttl": 59}, "lease_ttl"),
-                           ({"agent": "a\x07"}, "agent"), ({"agent": "a", "expires_in_seconds": 1}, "expires_in_seconds")):
+                           ({"agent": "a\x07"}, "agent"),
+                           ({"agent": "a", "expires_in_seconds": 1}, "expires_in_seconds")):
         r = api.post("/endpoints", body)
         assert r.status_code == 400 and r.json()["error"]["argument"] == argument, (body, r.text)
     assert await fingerprint(core) == before
@@ -132,7 +134,8 @@ async def test_endpoints_vend_list_show_revoke_with_expiry(core, server):
     shown = api.get(f"/endpoints/{vended['slug']}").json()["endpoint"]
     assert shown["default_lease_ttl_seconds"] == 120 and shown["state"] == "active"
 
-    r = api.call("PATCH", f"/endpoints/{vended['slug']}", {"expires_in_seconds": None, "default_lease_ttl_seconds": 600})
+    r = api.call("PATCH", f"/endpoints/{vended['slug']}",
+                 {"expires_in_seconds": None, "default_lease_ttl_seconds": 600})
     assert r.status_code == 200
     assert (r.json()["endpoint"]["expires_at"], r.json()["endpoint"]["default_lease_ttl_seconds"]) == (None, 600)
     r = api.call("PATCH", f"/endpoints/{vended['slug']}", {"expires_in_seconds": 120})
@@ -198,7 +201,8 @@ async def test_idempotency_key_header_is_the_todo_key(core, server):
     again = api.post(path, {"title": "deploy", "queue": "deploy"}, headers={"Idempotency-Key": "rel-42"})
     assert again.status_code == 200 and again.json()["created"] is False
     assert again.json()["todo"]["id"] == first.json()["todo"]["id"]
-    same = api.post(path, {"title": "deploy", "queue": "deploy", "key": "rel-42"}, headers={"Idempotency-Key": "rel-42"})
+    same = api.post(path, {"title": "deploy", "queue": "deploy", "key": "rel-42"},
+                    headers={"Idempotency-Key": "rel-42"})
     assert same.status_code == 200 and same.json()["todo"]["id"] == first.json()["todo"]["id"]
     before = await fingerprint(core)
     for headers, body in (({"Idempotency-Key": "rel-43"}, {"title": "x", "queue": "deploy", "key": "other"}),
@@ -252,7 +256,8 @@ async def test_settings_are_for_admins(core, server):
     caller = endpoints.caller_from_row(await endpoints.resolve_credential(core, agent.credential))
     t = await push(core, agent, queue="build")
     await todos.claim(core, caller, t["id"], lease_ttl_seconds=1)
-    await sql(core, "UPDATE todos SET lease_expires_at = now() - interval '1 second' WHERE id = %(id)s", {"id": t["id"]})
+    await sql(core, "UPDATE todos SET lease_expires_at = now() - interval '1 second' WHERE id = %(id)s",
+              {"id": t["id"]})
     r = api.post("/sweeps")
     assert r.status_code == 200 and r.json()["reaped"] == 1
     await api_tokens.set_admin(core, other.human, True)
@@ -490,7 +495,8 @@ async def test_the_document_is_generated_from_the_operation_table(core, server):
     document = httpx.get(server.url + "/api/v1/openapi.json").json()
     assert document["openapi"] == "3.1.0"
     assert document["components"]["securitySchemes"]["bearer"] == {
-        "type": "http", "scheme": "bearer", "description": document["components"]["securitySchemes"]["bearer"]["description"]}
+        "type": "http", "scheme": "bearer",
+        "description": document["components"]["securitySchemes"]["bearer"]["description"]}
     operations = {(m.upper(), p) for p, item in document["paths"].items() for m in item}
     assert operations == {(op.method, op.path) for op in OPERATIONS}
     for path, item in document["paths"].items():

@@ -15,15 +15,19 @@ import time
 import httpx
 import pytest
 import schemathesis
-from conftest import make_settings, start_thread_server
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from mcp_support import push, vend
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (content_type_conformance, response_headers_conformance,
-                                               response_schema_conformance, status_code_conformance)
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
+from conftest import make_settings, start_thread_server
+from mcp_support import push, vend
 from switchboard.core import api_tokens, endpoints, hooks, todos
 
 # Schemathesis' own strategies draw with `random` inside; Hypothesis warns about it on every run.

@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from conftest import make_settings, start_thread_server
 from core_world import attempt_rows, check, lapse, make_world, snapshot
 from mcp_support import body, error_body, push, sdk, vend
-
 from switchboard.core import inputs, sweeps, todos
 from switchboard.core.errors import Conflict, Invalid
-
 
 # ------------------------------------------------------------------------------------------ store
 
@@ -184,7 +183,7 @@ async def test_wire_a_reaped_attempts_note_in_prior_attempts(core, server):
 
 # ---------------------------------------------------------------------------------------- the Board
 
-from board_kit import axe_violations, board_server, browser, open_drawer, page_for, screenshot  # noqa: E402,F401,I001
+from board_kit import axe_violations, board_server, browser, open_drawer, page_for, screenshot  # noqa: E402, F401
 
 SCRIPT = "<script>alert(1)</script>"
 
@@ -220,9 +219,8 @@ async def test_the_drawer_shows_notes_escaped(board_server, browser):  # noqa: F
 
 async def test_the_a2ui_todo_document_shows_notes(core):
     pytest.importorskip("a2ui")
-    from test_a2ui import attempt_cards, card_texts, validate
-
     from switchboard.mcp import a2ui
+    from test_a2ui import attempt_cards, card_texts, validate
 
     w = await make_world(core)
     t = await w.todo()
@@ -244,8 +242,8 @@ async def test_the_relay_ledger_includes_notes(core):
     """The ledger is built from the owner's view of the todos (GET /api/v1/todos/{id}, todos.get):
     a died attempt's notes reach attempt-ledger.yml, oldest first; an attempt without notes has none."""
     import yaml
-    from conftest import ROOT
 
+    from conftest import ROOT
     from switchboard.relay import epic as epics
     from switchboard.relay import ledger
     from switchboard.relay.state import EpicState

@@ -10,16 +10,15 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from conftest import make_settings, start_thread_server
-from mcp_support import body, error_body, push, sdk, vend
-
-from switchboard.core import events, inputs, sweeps, todos
-from switchboard.core.models import VERBS
-from switchboard.mcp.tools import TOOLS
-from switchboard.core.errors import Forbidden, Invalid
-from switchboard.core.secrets import sha256
-
 from core_world import attempt_rows, check, lapse, make_due, make_world, snapshot, sql, todo_row
+from mcp_support import body, error_body, push, sdk, vend
+from switchboard.core import events, inputs, sweeps, todos
+from switchboard.core.errors import Forbidden, Invalid
+from switchboard.core.models import VERBS
+from switchboard.core.secrets import sha256
+from switchboard.mcp.tools import TOOLS
 from test_core_inputs import fingerprint
 
 
@@ -192,7 +191,7 @@ async def test_complete_batch_closes_each_attempt_as_complete_does(core):
     rows = {t: await snapshot(core, t) for t in made}
     assert rows[made[0]][0]["result"] == {"n": 0} and rows[made[1]][0]["result"] is None
     assert rows[made[2]][0]["result"] == [1, 2]
-    for t, (row, (a,)) in rows.items():
+    for _t, (row, (a,)) in rows.items():
         assert (a["outcome"], a["disposition"]) == ("completed", "done")
         assert row["completed_at"] == a["ended_at"] and row["lease_expires_at"] is None
     assert rows[made[0]][1][0]["summary"] == "first" and rows[made[0]][1][0]["artifact"] == "https://ci.example/a"

@@ -13,8 +13,18 @@ import httpx
 import pytest
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
-from board_kit import (CSP, PASSWORD, axe_violations, board_server, browser, page_for,  # noqa: F401
-                       screenshot, sign_in, start_board_server, stop_board_server)
+from board_kit import (  # noqa: F401
+    CSP,
+    PASSWORD,
+    axe_violations,
+    board_server,
+    browser,
+    page_for,
+    screenshot,
+    sign_in,
+    start_board_server,
+    stop_board_server,
+)
 from conftest import make_settings
 from switchboard.core import todos
 from switchboard.web.board.sessions import SECRET_FILE, Session, load_secret

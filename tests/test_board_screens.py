@@ -17,7 +17,8 @@ async def test_todos_screen_filters_pages_and_counts(board_server, browser):  # 
     ep2, a2 = await board_server.endpoint(human, queues=["ops"], agent="operator-bot")
     made = []
     for i in range(27):
-        t, _ = await board_server.run(todos.create, endpoint_id=a1.endpoint_id, queue="inbox", title=f"Inbox item {i:02d}")
+        t, _ = await board_server.run(todos.create, endpoint_id=a1.endpoint_id, queue="inbox",
+                                      title=f"Inbox item {i:02d}")
         made.append(t["id"])
     for i in range(2):
         await board_server.run(todos.create, endpoint_id=a1.endpoint_id, queue="builds", title=f"Build {i}")

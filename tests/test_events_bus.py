@@ -8,8 +8,8 @@ import json
 
 import psycopg
 import pytest
-from core_world import lapse, make_due, make_world, sql
 
+from core_world import lapse, make_due, make_world, sql
 from switchboard.core import endpoints, hooks, rings, sweeps, todos
 from switchboard.core.errors import Conflict
 from switchboard.core.queries import Q

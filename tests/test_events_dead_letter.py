@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from core_world import lapse, make_due, make_world, sql
-
 from switchboard.core import endpoints, hooks, sweeps, todos
 
 FINAL_KEYS = {"seq", "outcome", "died", "summary", "artifact", "attempts_total"}

@@ -11,11 +11,9 @@ import textwrap
 
 import httpx
 import psycopg
-import pytest
-
-from switchboard.core import endpoints, humans, invariants, sweeps, todos
 
 from conftest import ROOT, clean_database, core_for, create_database, start_process_server
+from switchboard.core import endpoints, humans, invariants, sweeps, todos
 
 
 async def _setup(core):

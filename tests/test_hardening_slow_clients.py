@@ -52,7 +52,7 @@ async def test_slow_heads_and_bodies_are_dropped_while_others_are_served(core, p
     try:
         baseline = _fds(srv.process.pid)
         host = f"Host: 127.0.0.1:{port}\r\n"
-        for i in range(SLOW_HEADS):
+        for _ in range(SLOW_HEADS):
             s = socket.create_connection(("127.0.0.1", port))
             s.sendall(f"GET /healthz HTTP/1.1\r\n{host}".encode())
             sockets.append(s)

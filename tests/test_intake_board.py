@@ -8,8 +8,8 @@ import json
 import uuid
 
 import httpx
-from board_kit import axe_violations, board_server, browser, page_for, screenshot  # noqa: F401
 
+from board_kit import axe_violations, board_server, browser, page_for, screenshot  # noqa: F401
 from switchboard.core import todos
 from switchboard.web import intake_hook
 
@@ -89,7 +89,8 @@ async def test_intake_page_create_rules_quarantine_replay_and_drop(board_server,
         assert "rules[0].title" in await page.inner_text("#e-rules")
         assert await page.input_value("#i-rules") == "[{\"title\": 3}]"
         page.watch.expected_http_errors(422)
-        fixed = [{"filter": "event == 'issues' && body.action == 'labeled'", "title": "join(' ', ['#', to_string(body.issue.number), body.issue.title])",
+        fixed = [{"filter": "event == 'issues' && body.action == 'labeled'",
+                  "title": "join(' ', ['#', to_string(body.issue.number), body.issue.title])",
                   "kind": "'issue'"}]
         await page.fill("#i-rules", json.dumps(fixed))
         await page.click("#sb-save-rules")

@@ -14,9 +14,9 @@ import anyio
 import httpx
 import pytest
 from mcp.client.subscriptions import ResourceUpdated, SubscriptionLost
-from mcp_support import body, push, sdk, vend
 
 from conftest import start_process_server
+from mcp_support import body, push, sdk, vend
 from switchboard.core import endpoints, humans
 from switchboard.mcp.resources import queue_uri
 

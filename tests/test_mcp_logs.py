@@ -9,9 +9,9 @@ import threading
 import uuid
 
 import httpx
+
 from conftest import start_process_server
 from mcp_support import Raw, body, push, sdk, vend
-
 from switchboard.core import humans
 
 

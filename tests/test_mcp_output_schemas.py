@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import jsonschema
 import pytest
+
 from conftest import make_settings, start_thread_server
 from mcp_support import body, check_result, error_body, push, sdk, vend
-
 from switchboard.core.models import VERBS
 from switchboard.mcp import schemas
 from switchboard.mcp.tools import TOOLS

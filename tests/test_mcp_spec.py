@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from conftest import make_settings, start_thread_server
 from mcp_support import body, error_body, push, sdk, vend
-
 from switchboard.core import sweeps
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import make_settings, start_thread_server
 from mcp.shared.exceptions import MCPError
-from mcp_support import body, error_body, push, sdk, vend
 
+from conftest import make_settings, start_thread_server
+from mcp_support import body, error_body, push, sdk, vend
 from switchboard.core import endpoints, todos
 from switchboard.core.models import DEFAULT_VERBS, VERBS
 

@@ -11,12 +11,12 @@ import time
 import httpx
 import mcp_types as types
 import pytest
+
 from conftest import make_settings, start_thread_server
 from mcp_support import Raw, body, eventually, push, sdk, vend
-
 from switchboard.core import endpoints
-from switchboard.mcp.auth import CredentialCache
 from switchboard.core.events import Event
+from switchboard.mcp.auth import CredentialCache
 
 UNAUTHORIZED = b'{"error":{"code":"unauthorized","message":"a valid endpoint credential is required"}}'
 
@@ -254,7 +254,7 @@ async def test_a_push_from_outside_any_request_reaches_the_get_stream(core, serv
                 try:
                     await asyncio.wait_for(got.wait(), 0.1)
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
     finally:
         registry.on_added.remove(remember_loop)  # keep the doorbell's own callback

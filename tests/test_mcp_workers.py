@@ -13,9 +13,9 @@ import threading
 import time
 
 import pytest
+
 from conftest import ROOT, make_settings, start_thread_server
 from mcp_support import eventually, push, vend
-
 from switchboard.core import endpoints, invariants, todos
 
 WORKER = ROOT / "examples" / "worker.py"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from conftest import make_settings, start_thread_server
 from core_world import lapse, make_world
 from mcp_support import push, sdk, vend
-from prometheus_client.parser import text_string_to_metric_families
-
 from switchboard.config import ConfigError, load_settings
 from switchboard.core import endpoints, sweeps, todos
 from switchboard.web.metrics import OTHER, LabelLimiter, Metrics

@@ -9,11 +9,10 @@ import uuid
 import psycopg
 import pytest
 
+from conftest import core_for
 from switchboard.core import endpoints, invariants, todos
 from switchboard.core.models import HumanCaller
 from switchboard.db import migrate
-
-from conftest import core_for
 
 
 async def _connect(uri: str) -> psycopg.AsyncConnection:

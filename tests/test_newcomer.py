@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT, make_settings, start_thread_server
 from mcp_support import vend
 

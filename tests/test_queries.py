@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from switchboard.core import queries
-from switchboard.core.queries import Q, CatalogueError
+from switchboard.core.queries import CatalogueError, Q
 
 SRC = Path(queries.__file__).resolve().parent.parent  # src/switchboard
 SQL = Path(queries.__file__).resolve().parent / "sql"

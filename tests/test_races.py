@@ -11,11 +11,10 @@ import psycopg
 import pytest
 import pytest_asyncio
 
-from switchboard.core import sweeps, todos
-from switchboard.core.errors import Conflict
-
 from conftest import clean_database, core_for, create_database
 from core_world import check, make_world, sql
+from switchboard.core import sweeps, todos
+from switchboard.core.errors import Conflict
 
 ROUNDS = 200
 PLANT = ("INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, owner, claimed_at, lease_expires_at)"

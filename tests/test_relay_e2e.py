@@ -12,10 +12,9 @@ import subprocess
 
 import pytest
 
-from switchboard.relay.receipts import parse_summary
-
 from conftest import ROOT, clean_database, start_process_server
 from relay_world import World, make_world, write_epic
+from switchboard.relay.receipts import parse_summary
 
 FAST = dict(retry_backoff_base_seconds=0.2, retry_backoff_max_seconds=0.5, rate_limit_rps=500, rate_limit_burst=500)
 
@@ -279,9 +278,8 @@ def test_missing_or_wrong_connection_settings_stop_before_any_work(world, live_s
 
 
 def _token_of_another_human(world: World) -> str:
-    from switchboard.core import humans
-
     from conftest import core_for, run_async
+    from switchboard.core import humans
 
     async def make() -> str:
         async with core_for(world.pg_uri) as core:

@@ -14,13 +14,12 @@ import time
 import pytest
 import yaml
 
+from conftest import ROOT
 from switchboard.relay import epic as epics
 from switchboard.relay import gating, ledger, receipts, runner
 from switchboard.relay.epic import EpicError
 from switchboard.relay.receipts import decide, encode_summary, parse_summary
 from switchboard.relay.state import EpicState
-
-from conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "relay" / "epic.yml"
 

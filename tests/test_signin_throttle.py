@@ -129,7 +129,8 @@ def process_server(pg_server):
 
     agent = run_async(seed())
     # The MCP rate limit is lifted: the probe calls as fast as it can, and the subject is sign-in.
-    srv = start_process_server(uri, env={"SWITCHBOARD_RATE_LIMIT_RPS": "10000", "SWITCHBOARD_RATE_LIMIT_BURST": "10000"})
+    srv = start_process_server(uri, env={"SWITCHBOARD_RATE_LIMIT_RPS": "10000",
+                                         "SWITCHBOARD_RATE_LIMIT_BURST": "10000"})
     # Its log goes to a pipe: drain it, or a full pipe would stall the server.
     threading.Thread(target=srv.process.stdout.read, daemon=True).start()
     yield srv, agent

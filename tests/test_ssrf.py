@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
+
 from conftest import make_settings, start_thread_server
 from core_world import make_world
-
 from switchboard.core import hooks, humans
 from switchboard.core.errors import Invalid
 

@@ -12,18 +12,23 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant, multiple, precondition,
-                                 rule, run_state_machine_as_test)
-
-from switchboard.core import endpoints, invariants, producer, sweeps, todos
-from switchboard.core.errors import CoreError
-from switchboard.core.models import EndpointCaller
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from conftest import clean_database, core_for, create_database
 from core_world import make_world
+from switchboard.core import endpoints, invariants, producer, sweeps, todos
+from switchboard.core.errors import CoreError
 
 SIDE = {"e1": "1", "e1b": "1", "e2": "2", "e2b": "2", "h1": "1", "h2": "2"}
 ENDPOINT_ACTORS = ("e1", "e1b", "e2", "e2b")

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from switchboard.core import gauges, invariants
-from switchboard.core.states import (GAUGE_STATES, TODO_STATES, AttemptOutcome, Disposition, TodoState)
+from switchboard.core.states import GAUGE_STATES, TODO_STATES, AttemptOutcome, Disposition, TodoState
 
 
 def _check_values(uri: str, table: str, column: str) -> set[str]:
@@ -73,9 +73,8 @@ def test_the_surfaces_read_the_enums():
 
 def test_no_surface_spells_the_states_out():
     """The value lists live in core/states.py alone (SQL statements excepted: they are static text)."""
-    from pathlib import Path
-
     import ast
+    from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent / "src" / "switchboard"
     spelled = re.compile(r"""["']pending["'],\s*["']claimed["']""")

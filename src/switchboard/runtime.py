@@ -15,9 +15,9 @@ surface (`mcp`, `web`, `cli`, `relay`).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable
 
 from psycopg import conninfo
 from starlette.routing import BaseRoute

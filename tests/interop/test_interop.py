@@ -23,9 +23,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT, start_process_server
 from mcp_support import push, vend
-
 from switchboard.core import endpoints, todos
 from switchboard.core.models import DEFAULT_VERBS, VERBS
 

@@ -20,10 +20,10 @@ import subprocess
 
 import jsonschema
 import pytest
-from conftest import ROOT, chromium_path, start_process_server
-from mcp_support import body, push, sdk, vend
 from test_interop import HERE, MODULES, inspector, node
 
+from conftest import ROOT, chromium_path, start_process_server
+from mcp_support import body, push, sdk, vend
 from switchboard.core import endpoints, sweeps, todos
 from switchboard.mcp import apps
 

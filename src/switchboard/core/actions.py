@@ -8,9 +8,10 @@ fields, through `perform`; each surface maps the core's errors to its wire form 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Awaitable, Callable, Literal
+from datetime import UTC, datetime
+from typing import Literal
 
 from . import todos
 from .inputs import JsonValue
@@ -70,7 +71,7 @@ class OwnerAction:
 
     def applies(self, todo: dict, now: datetime | None = None) -> bool:
         if self.when is not None:
-            return self.when(todo, now or datetime.now(timezone.utc))
+            return self.when(todo, now or datetime.now(UTC))
         return todo["state"] in self.states
 
     @property

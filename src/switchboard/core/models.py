@@ -43,7 +43,7 @@ class EndpointCaller:
     def owner(self) -> str:
         return f"agent:{self.agent_id}"
 
-    def with_session(self, session_id: str | None) -> "EndpointCaller":
+    def with_session(self, session_id: str | None) -> EndpointCaller:
         return EndpointCaller(self.endpoint_id, self.agent_id, self.queues, self.verbs, session_id,
                               self.default_lease_ttl, self.slug)
 
@@ -67,9 +67,9 @@ Caller = EndpointCaller | HumanCaller
 class Core:
     """What every core function works with: the pool, the settings and the hook bus."""
 
-    pool: "AsyncConnectionPool"
-    settings: "Settings"
-    bus: "HookBus" = field(default=None)  # type: ignore[assignment]
+    pool: AsyncConnectionPool
+    settings: Settings
+    bus: HookBus = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.bus is None:

@@ -12,9 +12,9 @@ AttributeError at the call site. tests/test_queries.py checks that every stateme
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
-from typing import Mapping
 
 _BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{\{(\w+)\}\}")
@@ -30,7 +30,7 @@ def parse(text: str, file: str) -> dict[str, str]:
     """`-- name:` blocks of one file, comment lines dropped. A name defined twice is an error."""
     parts = _BLOCK.split(text)
     out: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in out:
             raise CatalogueError(f"{file}.sql: statement {name!r} is defined twice")
         lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
@@ -64,7 +64,8 @@ def build() -> dict[str, dict[str, str]]:
     fragments = parse(_read(FRAGMENTS_FILE), FRAGMENTS_FILE)
     files = sorted(p.name[:-4] for p in resources.files("switchboard.core.sql").iterdir()
                    if p.name.endswith(".sql") and p.name != f"{FRAGMENTS_FILE}.sql")
-    return {file: {name: splice(sql, fragments, f"{file}.sql: {name}") for name, sql in parse(_read(file), file).items()}
+    return {file: {name: splice(sql, fragments, f"{file}.sql: {name}")
+                   for name, sql in parse(_read(file), file).items()}
             for file in files}
 
 

@@ -5,7 +5,7 @@ Ringing itself (MCP notifications to live sessions) is the surface's business (`
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 from uuid import UUID
 
 from .models import Core

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 import zoneinfo
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -225,7 +225,7 @@ def digest_date(now: datetime, hour: int, tz_name: str) -> date | None:
 async def tick(core: Core, *, now: datetime | None = None) -> dict:
     """Queue what is due: stuck-queue messages (and forget queues that recovered), then digests.
     One process at a time (a transaction-level advisory lock); returns what was queued."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     queued = {"queue_stuck": 0, "digest": 0}
     async with core.pool.connection() as conn, conn.transaction():
         cur = await conn.execute(Q.sweeps.try_lock, {"key": LOCK_SINK_TICK})

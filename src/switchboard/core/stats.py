@@ -4,7 +4,7 @@ endpoint for routing live updates. Every read is scoped to one human in its own 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -43,9 +43,9 @@ async def attempt_outcomes(core: Core, human: HumanCaller, *, days: Any = 14, en
     """The last `days` UTC days (today included) of closed attempts, one entry per queue that has any."""
     if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= DAYS_MAX:
         raise Invalid(f"days must be an integer from 1 to {DAYS_MAX}", argument="days")
-    today = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).date()
+    today = (now or datetime.now(UTC)).astimezone(UTC).date()
     first = today - timedelta(days=days - 1)
-    since = datetime(first.year, first.month, first.day, tzinfo=timezone.utc)
+    since = datetime(first.year, first.month, first.day, tzinfo=UTC)
     params = {"human_id": human.human_id, "since": since, "slug": endpoint or None}
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.board.attempt_outcomes, params)

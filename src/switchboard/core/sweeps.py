@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Sequence
 
 from . import endpoints, events, settings_store
 from .models import Core
@@ -135,5 +135,5 @@ async def run_forever(core: Core, stop: asyncio.Event, *, on_tick: Sequence[Tick
             log.exception("sweep failed; continuing")
         try:
             await asyncio.wait_for(stop.wait(), timeout=core.settings.sweep_interval_seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass

@@ -20,7 +20,7 @@ no `claimer_session` and no `lease_token_hash`.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import unquote
 
 from mcp import types
@@ -77,7 +77,7 @@ async def read_queue(core, caller: EndpointCaller, name: str, *, now: datetime |
             continue
     from .a2ui_documents import queue_document
 
-    return queue_document(name, cards, now or datetime.now(timezone.utc), more=len(rows) > QUEUE_CARDS_MAX)
+    return queue_document(name, cards, now or datetime.now(UTC), more=len(rows) > QUEUE_CARDS_MAX)
 
 
 # ---------------------------------------------------------------------------------------- provider

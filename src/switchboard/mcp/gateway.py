@@ -6,7 +6,8 @@ the same body for missing, unknown, revoked and expired) → the credential's ow
 endpoint's token bucket (429 with Retry-After) → room for a new session within the endpoint's cap
 (`SessionCap`: its least recently used idle session ends; 503 when all are busy) → the SDK's session
 manager. One log line per request. The Host allow-list and the one-credential rule run before any of
-this, for the whole app (`web/hosts.py`); the Host check here is the same rule (`hostnames.py`), kept for defence in depth.
+this, for the whole app (`web/hosts.py`); the Host check here is the same rule (`hostnames.py`), kept
+for defence in depth.
 """
 
 from __future__ import annotations
@@ -16,16 +17,15 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Callable
 
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import REQUEST_BODY_MAX_BYTES, Settings
 from ..core.errors import Unavailable
 from ..core.models import Core
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-
 from ..hostnames import allowed_hostnames, host_allowed, origin_hostname
 from .auth import CredentialCache
 from .sessions import SessionCap

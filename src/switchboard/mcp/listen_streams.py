@@ -20,8 +20,9 @@ A 2026-era client has no session and no GET stream; it opts in to server events 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import anyio
 import mcp_types as types

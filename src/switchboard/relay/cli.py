@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -61,7 +62,7 @@ def _epic(path: Path) -> Epic:
         raise typer.Exit(1) from None
 
 
-def _connection(url: Optional[str], token: Optional[str], credential: Optional[str]) -> Connection:
+def _connection(url: str | None, token: str | None, credential: str | None) -> Connection:
     try:
         return connection_from(url, token, credential)
     except RelayError as exc:
@@ -69,7 +70,7 @@ def _connection(url: Optional[str], token: Optional[str], credential: Optional[s
         raise  # unreachable
 
 
-def _ledger_path(epic: Epic, ledger: Optional[Path]) -> Path:
+def _ledger_path(epic: Epic, ledger: Path | None) -> Path:
     return ledger if ledger is not None else epic.directory / "attempt-ledger.yml"
 
 
@@ -97,8 +98,8 @@ def _emit(obj: dict, as_json: bool, text: Callable[[dict], None]) -> None:
 
 @app.command()
 def init(epic_file: Path = typer.Argument(..., metavar="EPIC.yml", help="The epic to record."),
-         ledger: Optional[Path] = LedgerOpt, url: Optional[str] = UrlOpt, api_token: Optional[str] = TokenOpt,
-         credential: Optional[str] = CredentialOpt, as_json: bool = JsonOpt) -> None:
+         ledger: Path | None = LedgerOpt, url: str | None = UrlOpt, api_token: str | None = TokenOpt,
+         credential: str | None = CredentialOpt, as_json: bool = JsonOpt) -> None:
     """Validate the epic, record it on the server and write attempt-ledger.yml beside it."""
     from . import ledger as view
     from .state import ensure_record, load_state
@@ -128,17 +129,17 @@ def work(epic_file: Path = EpicOpt,
          workers: int = typer.Option(1, "--workers", "-w", min=1, max=32,
                                      help="Run up to N tasks at once where dependencies allow."),
          once: bool = typer.Option(False, "--once", help="Run one attempt, then stop."),
-         worker: Optional[str] = typer.Option(None, "--worker", help="Worker command template for every task "
+         worker: str | None = typer.Option(None, "--worker", help="Worker command template for every task "
                                               "(overrides the epic's), e.g. 'python3 do.py {task_id}'."),
-         gate: Optional[str] = typer.Option(None, "--gate", help="Quality gate command run after each success; "
+         gate: str | None = typer.Option(None, "--gate", help="Quality gate command run after each success; "
                                             "non-zero gates the task (quality_gate_blocked)."),
-         timeout_minutes: Optional[float] = typer.Option(None, "--timeout-minutes", min=0.001,
+         timeout_minutes: float | None = typer.Option(None, "--timeout-minutes", min=0.001,
                                                          help="Kill a worker after this long (default: the "
                                                               "epic's timeout_minutes, 15)."),
-         lease_ttl: Optional[int] = typer.Option(None, "--lease-ttl", min=1, max=86400,
+         lease_ttl: int | None = typer.Option(None, "--lease-ttl", min=1, max=86400,
                                                  help="Lease seconds per claim (default: the epic's, 300)."),
-         ledger: Optional[Path] = LedgerOpt, url: Optional[str] = UrlOpt, api_token: Optional[str] = TokenOpt,
-         credential: Optional[str] = CredentialOpt) -> None:
+         ledger: Path | None = LedgerOpt, url: str | None = UrlOpt, api_token: str | None = TokenOpt,
+         credential: str | None = CredentialOpt) -> None:
     """Push runnable tasks, claim them and run a worker per attempt until the epic is done or stuck."""
     from .display import Display
     from .loop import Options, Relay
@@ -165,8 +166,8 @@ def work(epic_file: Path = EpicOpt,
 # ------------------------------------------------------------------------------------------ status
 
 @app.command()
-def status(epic_file: Path = EpicOpt, url: Optional[str] = UrlOpt, api_token: Optional[str] = TokenOpt,
-           credential: Optional[str] = CredentialOpt, as_json: bool = JsonOpt) -> None:
+def status(epic_file: Path = EpicOpt, url: str | None = UrlOpt, api_token: str | None = TokenOpt,
+           credential: str | None = CredentialOpt, as_json: bool = JsonOpt) -> None:
     """The epic's progress from the server: each task's status and attempts (died attempts marked)."""
     from .display import attempts_line, note, task_table
     from .ledger import counts, document, task_views
@@ -207,8 +208,8 @@ def status(epic_file: Path = EpicOpt, url: Optional[str] = UrlOpt, api_token: Op
 # ------------------------------------------------------------------------------------------ ledger
 
 @app.command("ledger")
-def ledger_cmd(epic_file: Path = EpicOpt, ledger: Optional[Path] = LedgerOpt, url: Optional[str] = UrlOpt,
-               api_token: Optional[str] = TokenOpt, credential: Optional[str] = CredentialOpt,
+def ledger_cmd(epic_file: Path = EpicOpt, ledger: Path | None = LedgerOpt, url: str | None = UrlOpt,
+               api_token: str | None = TokenOpt, credential: str | None = CredentialOpt,
                as_json: bool = JsonOpt) -> None:
     """Rewrite attempt-ledger.yml from the server's attempt history (the file is only a view)."""
     from . import ledger as view
@@ -235,8 +236,8 @@ def ledger_cmd(epic_file: Path = EpicOpt, ledger: Optional[Path] = LedgerOpt, ur
 
 @app.command()
 def block(task: str = typer.Argument(..., metavar="TASK"), epic_file: Path = EpicOpt,
-          reason: Optional[str] = typer.Option(None, "--reason", help="Recorded with the gate."),
-          url: Optional[str] = UrlOpt, api_token: Optional[str] = TokenOpt, credential: Optional[str] = CredentialOpt,
+          reason: str | None = typer.Option(None, "--reason", help="Recorded with the gate."),
+          url: str | None = UrlOpt, api_token: str | None = TokenOpt, credential: str | None = CredentialOpt,
           as_json: bool = JsonOpt) -> None:
     """Gate a task by hand (user_blocked): it is not tried again until unblocked."""
     from .manual import block as do_block
@@ -249,8 +250,8 @@ def block(task: str = typer.Argument(..., metavar="TASK"), epic_file: Path = Epi
 
 @app.command()
 def unblock(task: str = typer.Argument(..., metavar="TASK"), epic_file: Path = EpicOpt,
-            url: Optional[str] = UrlOpt, api_token: Optional[str] = TokenOpt,
-            credential: Optional[str] = CredentialOpt, as_json: bool = JsonOpt) -> None:
+            url: str | None = UrlOpt, api_token: str | None = TokenOpt,
+            credential: str | None = CredentialOpt, as_json: bool = JsonOpt) -> None:
     """Lift a task's gate: the owner's manual retry (fresh attempt budget, history kept)."""
     from .manual import unblock as do_unblock
 

@@ -69,7 +69,7 @@ class Display:
         self.views: dict[str, TaskView] = {}
         self.running: dict[str, float] = {}
 
-    def __enter__(self) -> "Display":
+    def __enter__(self) -> Display:
         if self.console.is_terminal:
             self.live = Live(console=self.console, refresh_per_second=2, transient=False,
                              get_renderable=self._render)

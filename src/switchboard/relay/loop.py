@@ -23,7 +23,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import ledger
@@ -61,7 +61,7 @@ def _seconds_until(ts: str | None) -> float | None:
     if not ts:
         return None
     when = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    return (when - datetime.now(timezone.utc)).total_seconds()
+    return (when - datetime.now(UTC)).total_seconds()
 
 
 class Relay:

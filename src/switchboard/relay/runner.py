@@ -56,7 +56,7 @@ async def _stop(proc: asyncio.subprocess.Process, grace: float) -> None:
         _signal_group(proc, signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), grace)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
     _signal_group(proc, signal.SIGKILL)  # stragglers of the group, even when the leader left
     if proc.returncode is None:
@@ -91,7 +91,7 @@ async def run_process(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
     try:
         try:
             await asyncio.wait_for(proc.wait(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             timed_out = True
             await _stop(proc, kill_grace_s)
         _signal_group(proc, signal.SIGKILL)  # the leader is gone; leave nothing of its group behind

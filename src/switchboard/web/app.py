@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, TypeVar
+from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request

@@ -7,10 +7,11 @@ attempt recorded (`core.hooks.record_attempt`).
 - Signed with Standard Webhooks headers (`webhook-id` = the row's message id, the same on every
   attempt; `webhook-timestamp`; `webhook-signature`) by the `standardwebhooks` package.
 - Body: the row's JSON, at most 4 KiB (a long final summary is cut further to fit), never a payload.
-- Targets (web/outbound.py, shared with the notification sinks): https only; the host is resolved before every attempt and every address must be globally
-  routable (`core.hooks.address_refusal`: the standard library's `is_global`, after unwrapping the
-  IPv4 address inside IPv4-mapped, 6to4, Teredo and NAT64 forms); the request goes to the checked address with
-  TLS verifying the host name, so a second lookup cannot redirect it. Redirects are not followed.
+- Targets (web/outbound.py, shared with the notification sinks): https only; the host is resolved
+  before every attempt and every address must be globally routable (`core.hooks.address_refusal`:
+  the standard library's `is_global`, after unwrapping the IPv4 address inside IPv4-mapped, 6to4,
+  Teredo and NAT64 forms); the request goes to the checked address with TLS verifying the host
+  name, so a second lookup cannot redirect it. Redirects are not followed.
   `SWITCHBOARD_HOOKS_ALLOW_PRIVATE=1` (tests only) lifts the address check and admits plain http.
 - Retried with backoff (about 1 s, 5 s, 30 s, 2 min, 10 min, 30 min, 1 h; 8 attempts) on network
   errors, timeouts, 408, 429 and 5xx; other answers and refused targets fail at once.
@@ -33,7 +34,7 @@ import json
 import logging
 import random
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -208,7 +209,7 @@ class HookSender:
     async def send_once(self, row: dict) -> tuple[str, int | None, str | None, bool]:
         """One HTTP attempt: (result class, status code, error class, retry?)."""
         body = render_body(dict(row["body"]))
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         headers = {
             "content-type": "application/json",
             "user-agent": f"switchboard/{__version__}",
@@ -222,7 +223,7 @@ class HookSender:
 
     async def attempt(self, row: dict) -> str:
         """Send one claimed notification and settle it. Returns its state afterwards."""
-        started = datetime.now(timezone.utc)
+        started = datetime.now(UTC)
         t0 = time.perf_counter()
         result, status, error, retry = await self.send_once(row)
         duration_ms = int((time.perf_counter() - t0) * 1000)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import Settings

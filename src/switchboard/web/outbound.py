@@ -72,7 +72,7 @@ async def resolve(host: str, port: int, *, allow_private: bool) -> str:
     loop = asyncio.get_running_loop()
     try:
         infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), CONNECT_TIMEOUT)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         raise httpx.ConnectError(f"cannot resolve host: {type(exc).__name__}") from None
     addresses = [info[4][0] for info in infos]
     if not addresses:
@@ -116,7 +116,7 @@ async def post(client: httpx.AsyncClient | None, url: str, body: bytes, headers:
                     if read >= RESPONSE_READ_MAX:
                         break
                 status = resp.status_code
-    except (httpx.TimeoutException, asyncio.TimeoutError):
+    except (TimeoutError, httpx.TimeoutException):
         return Outcome("timeout", None, "timeout", True)
     except httpx.HTTPError as exc:
         cause = exc.__cause__ or exc.__context__

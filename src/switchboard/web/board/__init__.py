@@ -18,8 +18,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from ...runtime import Component, Runtime
-from . import account_pages, endpoint_pages, live, login, notification_pages, queue_pages, todo_pages
-from . import intake_pages
+from . import account_pages, endpoint_pages, intake_pages, live, login, notification_pages, queue_pages, todo_pages
 from .kit import Board, NavLink
 from .sessions import Sessions, load_secret
 

@@ -27,7 +27,8 @@ STYLE = {
 
 def defs_svg() -> Markup:
     """The patterns, once per page, referenced by every swatch and chart on it."""
-    return Markup('<svg class="sb-defs" width="0" height="0" aria-hidden="true" focusable="false">' + _defs() + '</svg>')
+    return Markup('<svg class="sb-defs" width="0" height="0" aria-hidden="true" focusable="false">'
+                  + _defs() + '</svg>')
 
 
 def _defs() -> str:

@@ -21,9 +21,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
 from starlette.routing import Route
 
 from ...core import stats
@@ -115,7 +115,7 @@ async def events(request: Request) -> Response:
                     return
                 try:
                     frame = await asyncio.wait_for(stream.queue.get(), timeout=min(KEEPALIVE_SECONDS, left))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     yield ": keep-alive\n\n"
                     continue
                 yield frame

@@ -361,7 +361,7 @@ async def _callback(board: Board, request: Request) -> Response:
                                 f"(issuer {issuer}, subject {subject}). An operator can link it with "
                                 f"`switchboard user link NAME --issuer {issuer} --subject {subject}`.",
                            "not_enrolled") from None
-    log.info("signed in", extra={"human": result.human.name, "provider": provider.key, "created": result.created})
+    log.info("signed in", extra={"human": result.human.name, "provider": provider.key, "new_user": result.created})
     value, _ = await board.sessions.start(board.core, result.human.human_id)
     response = RedirectResponse(pending["next"], status_code=303, headers=NO_STORE)
     response.set_cookie(SESSION_COOKIE, value, max_age=SESSION_SECONDS, **board.sessions.cookie_args())

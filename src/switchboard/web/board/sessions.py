@@ -47,7 +47,7 @@ def load_secret(secret_key: str | None, data_dir: Path) -> bytes:
             os.chmod(path, 0o600)
         value = path.read_text("ascii").strip()
         if len(value) < 32:
-            raise RuntimeError(f"the Board secret file {SECRET_FILE} in the data directory is too short")
+            raise RuntimeError(f"the Board secret file {SECRET_FILE} in the data directory is too short") from None
         return value.encode("ascii")
     value = secrets.token_hex(32)
     with os.fdopen(fd, "w", encoding="ascii") as f:
