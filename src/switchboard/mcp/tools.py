@@ -17,13 +17,17 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+import psycopg
+
 from ..core import todos
-from ..core.errors import CoreError, Forbidden, Invalid
+from ..core.errors import CoreError, Forbidden, Invalid, Unavailable
 from ..core.models import VERBS, Core, EndpointCaller
 from . import schemas as s
 from .schemas import Param
 
 log = logging.getLogger("switchboard.mcp")
+
+LOST_CONNECTION = "database connection was lost; retry (the call may have taken effect)"
 
 Handler = Callable[[Core, EndpointCaller, dict], Awaitable[dict]]
 
@@ -268,6 +272,11 @@ async def call(core: Core, caller: EndpointCaller, tool: Tool, arguments: Any) -
         result = await tool.handler(core, caller, args)
     except CoreError as exc:
         return Outcome(error_result(exc), exc.code, logged_id)
+    except psycopg.OperationalError:
+        # The connection broke under the call (a restarted or terminated server): retryable, and the
+        # call may have taken effect, exactly as a statement that timed out.
+        log.warning("tool call lost its database connection", extra={"verb": tool.name, "todo_id": logged_id})
+        return Outcome(error_result(Unavailable(LOST_CONNECTION)), Unavailable.code, logged_id)
     except Exception:
         log.exception("tool failed", extra={"verb": tool.name, "todo_id": logged_id})
         return Outcome(error_result(CoreError()), "internal", logged_id)
