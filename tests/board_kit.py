@@ -35,26 +35,26 @@ CSP = ("default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' dat
 class BoardServer:
     """A running app (uvicorn in a thread) on its own database, and a way to call its core."""
 
-    def __init__(self, srv, uri: str) -> None:  # noqa: ANN001
+    def __init__(self, srv, uri: str) -> None:
         self.srv = srv
         self.uri = uri
         self.url = srv.url
         self.board = srv.app.state.surfaces.board
 
     @property
-    def core(self):  # noqa: ANN201
+    def core(self):
         return self.board.core
 
-    async def run(self, fn, *args, **kwargs):  # noqa: ANN001, ANN201
+    async def run(self, fn, *args, **kwargs):
         """`await server.run(todos.claim, caller, id)`: runs `fn(core, ...)` on the server's loop."""
         future = asyncio.run_coroutine_threadsafe(fn(self.core, *args, **kwargs), self.board.loop)
         return await asyncio.wrap_future(future)
 
-    async def human(self, prefix: str = "h"):  # noqa: ANN201
+    async def human(self, prefix: str = "h"):
         name = f"{prefix}{uuid.uuid4().hex[:8]}"
         return await self.run(humans.add, name, PASSWORD)
 
-    async def endpoint(self, human, queues=("inbox",), verbs=None, agent: str = "bot"):  # noqa: ANN001, ANN201
+    async def endpoint(self, human, queues=("inbox",), verbs=None, agent: str = "bot"):
         """Vend an endpoint for `human`; returns (public endpoint, agent caller)."""
         ep, credential = await self.run(endpoints.vend, human, agent=agent, queues=list(queues), verbs=verbs)
         row = await self.run(endpoints.resolve_credential, credential)
@@ -110,7 +110,7 @@ class Watch:
         page.on("console", lambda m: self.console_errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: self.page_errors.append(str(e)))
 
-        async def on_dialog(d) -> None:  # noqa: ANN001
+        async def on_dialog(d) -> None:
             self.dialogs.append(d.message)
             await d.dismiss()
 
@@ -141,7 +141,7 @@ document.addEventListener('securitypolicyviolation', function (e) {
 
 
 @asynccontextmanager
-async def page_for(browser: Browser, server: BoardServer, human=None, **context_args):  # noqa: ANN001
+async def page_for(browser: Browser, server: BoardServer, human=None, **context_args):
     """A fresh browser context (its own cookies), signed in through the form when `human` is given."""
     context = await browser.new_context(base_url=server.url, **context_args)
     await context.add_init_script(VIOLATION_LISTENER)

@@ -81,7 +81,7 @@ def run_async(coro):
     def target() -> None:
         try:
             box["value"] = asyncio.run(coro)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             box["error"] = exc
 
     t = threading.Thread(target=target)

@@ -43,7 +43,7 @@ async def vend(core, human_name: str = "alice", *, agent: str = "bot", queues=No
                lease_ttl=None) -> Agent:
     try:
         human = await humans.by_name(core, human_name)
-    except Exception:  # noqa: BLE001
+    except Exception:
         human = await humans.add(core, human_name, "password123")
     ep, credential = await endpoints.vend(core, human, agent=agent, queues=queues, verbs=verbs, lease_ttl=lease_ttl)
     return Agent(slug=ep["slug"], credential=credential, endpoint_id=ep["endpoint_id"], human=human,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from conftest import make_settings, start_thread_server
 from mcp_support import push, vend
-
 from switchboard.core import actions, endpoints, humans, todos
 from switchboard.core.states import TodoState
 
@@ -52,7 +52,7 @@ def server(pg_uri):
 class World:
     """One human with an agent endpoint, signed in on every surface."""
 
-    def __init__(self, core, server, agent, token: str, pg_uri: str) -> None:  # noqa: ANN001
+    def __init__(self, core, server, agent, token: str, pg_uri: str) -> None:
         self.core, self.server, self.agent = core, server, agent
         self.human = agent.human
         self.api = httpx.Client(base_url=server.url + "/api/v1", headers={"Authorization": f"Bearer {token}"},
@@ -69,7 +69,7 @@ class World:
         self.env.update(SWITCHBOARD_DATABASE_URL=pg_uri, SWITCHBOARD_LOG_FORMAT="text",
                         SWITCHBOARD_USER=self.human.name)
 
-    async def caller(self):  # noqa: ANN201
+    async def caller(self):
         return endpoints.caller_from_row(await endpoints.resolve_credential(self.core, self.agent.credential))
 
     # --------------------------------------------------------------------------- one action, a surface
@@ -108,7 +108,7 @@ class World:
     async def via_core(self, name: str, todo_id: str, fields: dict) -> tuple[str, str]:
         try:
             await actions.perform(self.core, self.human, name, todo_id, via="test", **fields)
-        except Exception as exc:  # noqa: BLE001 - the core's refusal, compared with the surfaces'
+        except Exception as exc:  # the core's refusal, compared with the surfaces'
             return getattr(exc, "code", type(exc).__name__), str(exc)
         return "ok", ""
 

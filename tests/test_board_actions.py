@@ -12,14 +12,14 @@ from switchboard.core import todos
 ACTIONS = ("claim", "complete", "fail", "release", "extend", "retry", "cancel", "input")
 
 
-async def _click(page, button_id: str) -> None:  # noqa: ANN001
+async def _click(page, button_id: str) -> None:
     """Press an action button in the open drawer and wait for the drawer to show this outcome."""
     await page.evaluate("document.getElementById('sb-notice')?.setAttribute('data-sb-old', '')")
     await page.click(f"#{button_id}")
     await page.wait_for_selector("#sb-notice:not([data-sb-old])")
 
 
-async def _new(server, agent, title, **kw):  # noqa: ANN001, ANN202
+async def _new(server, agent, title, **kw):
     todo, _ = await server.run(todos.create, endpoint_id=agent.endpoint_id, queue="inbox", title=title, **kw)
     return todo["id"]
 

@@ -12,7 +12,7 @@ from switchboard.core import sweeps, todos
 SCRIPT = "<script>alert(1)</script>"
 
 
-async def _death_story(server, human):  # noqa: ANN001, ANN202
+async def _death_story(server, human):
     """Attempt 1 failed (with a summary, an https artifact and markup in the summary), attempt 2 heartbeat
     once and was reaped, attempt 3 is open. Returns (todo id, attempt 2's last heartbeat)."""
     ep, agent = await server.endpoint(human, queues=["builds"])
@@ -96,7 +96,7 @@ async def test_drawer_shows_a_death_and_summary_markup_is_inert(board_server, br
         await page.watch.assert_clean(page)
 
 
-async def _csrf(page) -> str:  # noqa: ANN001
+async def _csrf(page) -> str:
     return await page.locator("form.sb-logout input[name=csrf_token]").get_attribute("value")
 
 
@@ -196,7 +196,7 @@ async def test_live_update_appends_an_attempt_to_an_open_drawer(board_server, br
         await page.watch.assert_clean(page)
 
 
-async def _tab_walk(page, steps: int = 40) -> list[dict]:  # noqa: ANN001
+async def _tab_walk(page, steps: int = 40) -> list[dict]:
     """Press Tab `steps` times; what had focus after each press."""
     seen = []
     for _ in range(steps):
@@ -207,7 +207,7 @@ async def _tab_walk(page, steps: int = 40) -> list[dict]:  # noqa: ANN001
     return seen
 
 
-async def _keyboard_open(page, tid: str) -> None:  # noqa: ANN001
+async def _keyboard_open(page, tid: str) -> None:
     """Reach the todo's link with Tab alone and open it with Enter."""
     await page.evaluate("document.activeElement && document.activeElement.blur()")
     for _ in range(60):

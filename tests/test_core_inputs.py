@@ -15,11 +15,10 @@ import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from switchboard.core import endpoints, humans, producer, settings_store, todos
-from switchboard.core.errors import CoreError, Forbidden, Invalid, NotFound
-
 from conftest import core_for, create_database
 from core_world import attempt_rows, make_world, sql
+from switchboard.core import endpoints, humans, producer, settings_store, todos
+from switchboard.core.errors import CoreError, Forbidden, Invalid, NotFound
 
 TABLES = ("humans", "human_tokens", "agents", "endpoints", "todos", "todo_attempts", "settings")
 
@@ -27,7 +26,8 @@ TABLES = ("humans", "human_tokens", "agents", "endpoints", "todos", "todo_attemp
 async def fingerprint(core) -> list:
     """Every row of every table, in one round trip (hashed per table)."""
     parts = " UNION ALL ".join(
-        f"SELECT '{t}' AS t, count(*) AS n, md5(coalesce(string_agg(to_jsonb(x)::text, ',' ORDER BY to_jsonb(x)::text), '')) AS h FROM {t} x"
+        f"SELECT '{t}' AS t, count(*) AS n, "
+        f"md5(coalesce(string_agg(to_jsonb(x)::text, ',' ORDER BY to_jsonb(x)::text), '')) AS h FROM {t} x"
         for t in TABLES)
     return [tuple(r.values()) for r in await sql(core, parts)]
 
@@ -129,14 +129,16 @@ def _cases():
         add(name, "lease_token", [123, 1.5, True, b"t", ["t"], "t" * 257], lambda w, v, fn=fn: fn(w, lease_token=v))
         if name != "release":
             add(name, "result", BAD_JSON + [{"big": "x" * (64 * 1024)}], lambda w, v, fn=fn: fn(w, result=v))
-    add("heartbeat", "lease_token", [123, b"t", "t" * 257], lambda w, v: todos.heartbeat(w.core, w.e1, w.t, lease_token=v))
+    add("heartbeat", "lease_token", [123, b"t", "t" * 257],
+        lambda w, v: todos.heartbeat(w.core, w.e1, w.t, lease_token=v))
     add("request_input", "lease_token", [123, b"t"], lambda w, v: todos.request_input(w.core, w.e1, w.t, lease_token=v))
     add("fail", "retry", ["no", 0, 1, 1.0, [False], b""], lambda w, v: todos.fail(w.core, w.e1, w.t, retry=v))
     add("request_input", "question", WRONG_TYPES + BAD_TEXT + CONTROL + ["q" * 2049],
         lambda w, v: todos.request_input(w.core, w.e1, w.t, question=v))
     add("provide_input", "payload", BAD_JSON + [None, {"big": "x" * (256 * 1024)}],
         lambda w, v: todos.provide_input(w.core, w.h1, w.ask, payload=v))
-    add("get", "attempts_limit", ["5", 1.5, True, b"5", [5]], lambda w, v: todos.get(w.core, w.e1, w.t, attempts_limit=v))
+    add("get", "attempts_limit", ["5", 1.5, True, b"5", [5]],
+        lambda w, v: todos.get(w.core, w.e1, w.t, attempts_limit=v))
 
     # create (the core call every surface ends in) and push (the producer path)
     def create(w, **kw):
@@ -171,11 +173,14 @@ def _cases():
         lambda w, v: todos.list_for_endpoint(w.core, w.e1, state=v))
     add("list_for_endpoint", "queue", WRONG_TYPES + BAD_TEXT + [""],
         lambda w, v: todos.list_for_endpoint(w.core, w.e1, queue=v))
-    add("list_for_endpoint", "limit", ["5", 1.5, True, b"5"], lambda w, v: todos.list_for_endpoint(w.core, w.e1, limit=v))
-    add("list_for_human", "state", WRONG_TYPES + BAD_TEXT + ["nope"], lambda w, v: todos.list_for_human(w.core, w.h1, state=v))
+    add("list_for_endpoint", "limit", ["5", 1.5, True, b"5"],
+        lambda w, v: todos.list_for_endpoint(w.core, w.e1, limit=v))
+    add("list_for_human", "state", WRONG_TYPES + BAD_TEXT + ["nope"],
+        lambda w, v: todos.list_for_human(w.core, w.h1, state=v))
     add("list_for_human", "endpoint", [123, b"x"] + BAD_TEXT + ["a b", "x" * 65],
         lambda w, v: todos.list_for_human(w.core, w.h1, endpoint=v))
-    add("list_for_human", "queue", [123, b"x"] + BAD_TEXT + ["a b"], lambda w, v: todos.list_for_human(w.core, w.h1, queue=v))
+    add("list_for_human", "queue", [123, b"x"] + BAD_TEXT + ["a b"],
+        lambda w, v: todos.list_for_human(w.core, w.h1, queue=v))
     add("list_for_human", "limit", ["5", "x", 1.5, b"5"], lambda w, v: todos.list_for_human(w.core, w.h1, limit=v))
     add("list_for_human", "offset", ["5", 1.5, True], lambda w, v: todos.list_for_human(w.core, w.h1, offset=v))
     add("counts_for_human", "endpoint", BAD_TEXT + [123], lambda w, v: todos.counts_for_human(w.core, w.h1, endpoint=v))
@@ -207,7 +212,7 @@ async def test_bad_argument_is_invalid_and_changes_nothing(shared, argument, val
             await make(shared, value)
         except Invalid as err:
             assert err.argument == argument and err.message, (value, err)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             pytest.fail(f"{argument}={value!r:.80}: {type(exc).__name__}: {exc}")
         else:
             pytest.fail(f"{argument}={value!r:.80} was accepted")

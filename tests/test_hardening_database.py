@@ -59,13 +59,13 @@ class Frozen:
         self.pgdata = pgdata
         self.pids: list[int] = []
 
-    def __enter__(self) -> "Frozen":
+    def __enter__(self) -> Frozen:
         self.pids = _server_pids(self.pgdata)
         for pid in self.pids:
             os.kill(pid, signal.SIGSTOP)
         return self
 
-    def __exit__(self, *exc) -> None:  # noqa: ANN002
+    def __exit__(self, *exc) -> None:
         for pid in self.pids:
             try:
                 os.kill(pid, signal.SIGCONT)
@@ -73,7 +73,7 @@ class Frozen:
                 pass
 
 
-def _timed(fn):  # noqa: ANN001, ANN202
+def _timed(fn):
     started = time.monotonic()
     value = fn()
     return value, time.monotonic() - started

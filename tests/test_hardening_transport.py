@@ -26,11 +26,11 @@ def server(pg_uri):
     srv.stop()
 
 
-def _port(srv) -> str:  # noqa: ANN001
+def _port(srv) -> str:
     return srv.url.rsplit(":", 1)[1]
 
 
-def _raw(srv, request: bytes) -> bytes:  # noqa: ANN001
+def _raw(srv, request: bytes) -> bytes:
     """One HTTP/1.1 request as written, the whole answer as read (the server closes the connection)."""
     with socket.create_connection(("127.0.0.1", int(_port(srv))), timeout=10) as s:
         s.sendall(request)
@@ -131,10 +131,11 @@ async def test_two_authorization_headers_are_refused_on_mcp_api_and_metrics(core
 
 async def test_the_mcp_gateway_still_checks_origin(core, server):
     agent = await vend(core, "origin")
-    assert Raw(server.url, agent.slug, agent.credential, Origin="http://attacker.example").initialize().status_code == 403
+    raw = Raw(server.url, agent.slug, agent.credential, Origin="http://attacker.example")
+    assert raw.initialize().status_code == 403
 
 
-def _sample(srv, name: str) -> float:  # noqa: ANN001
+def _sample(srv, name: str) -> float:
     text = httpx.get(srv.url + "/metrics", headers={"Authorization": "Bearer " + "m" * 40}, timeout=10).text
     return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
-import pytest
 import psycopg
-from conftest import core_for, create_database, make_settings, start_process_server, start_thread_server
-from core_world import lapse, make_due, make_world, sql
-from standardwebhooks import Webhook
+import pytest
+from standardwebhooks import Webhook, WebhookVerificationError
 from typer.testing import CliRunner
 
+from conftest import core_for, create_database, make_settings, start_process_server, start_thread_server
+from core_world import lapse, make_due, make_world, sql
 from switchboard.core import hooks, humans, sweeps, todos
 from switchboard.core.errors import Conflict, Invalid, NotFound
 from switchboard.web.hooks import render_body
@@ -56,7 +56,7 @@ def receiver():
     rec = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
             rec.got.append(({k.lower(): v for k, v in self.headers.items()}, body))
             status = rec.statuses.pop(0) if rec.statuses else 200
@@ -131,7 +131,7 @@ async def test_a_signed_notification_verifies_with_the_standard_webhooks_library
         payload = Webhook(secret).verify(raw, headers)  # raises when the signature is wrong
         assert len(raw) <= 4096 and b"payload-never-sent" not in raw
         bodies.append(payload)
-    with pytest.raises(Exception):
+    with pytest.raises(WebhookVerificationError):
         Webhook("whsec_" + "A" * 43 + "=").verify(got[0][1], got[0][0])
     assert sorted(b["type"] for b in bodies) == ["todo.created", "todo.ready"]
     ready = next(b for b in bodies if b["type"] == "todo.ready")
@@ -354,8 +354,8 @@ async def test_concurrent_adds_at_the_ceiling_admit_exactly_one(core):
 
 
 def test_cli_hook_add_list_remove(pg_uri):
-    from switchboard.cli import app
     from conftest import clean_database, core_for, run_async
+    from switchboard.cli import app
 
     clean_database(pg_uri)
 

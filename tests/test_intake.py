@@ -10,16 +10,16 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
-from conftest import create_database, make_settings, start_thread_server
-from mcp_support import vend
 from standardwebhooks.webhooks import Webhook
 
+from conftest import create_database, make_settings, start_thread_server
+from mcp_support import vend
 from switchboard.core import humans, intake_rules, intakes, todos
 from switchboard.core.errors import Invalid
 from switchboard.web import intake_hook
@@ -89,7 +89,7 @@ def server(pg_uri):
 
 
 class Owner:
-    def __init__(self, base: str, token: str, agent) -> None:  # noqa: ANN001
+    def __init__(self, base: str, token: str, agent) -> None:
         self.agent = agent
         self.base = base
         self.http = httpx.Client(base_url=base + "/api/v1", headers={"Authorization": f"Bearer {token}"},
@@ -274,14 +274,14 @@ async def test_standard_webhooks_refuse_a_stale_timestamp_and_dedupe_a_replay(co
             "webhook-signature": hook.sign(msg_id, when, payload.decode())})
 
     before = fingerprint(pg_uri)
-    stale = send("msg_stale", datetime.now(timezone.utc) - timedelta(minutes=10))
+    stale = send("msg_stale", datetime.now(UTC) - timedelta(minutes=10))
     assert stale.status_code == 401 and fingerprint(pg_uri) == before
-    fresh = send("msg_2b3c", datetime.now(timezone.utc))
+    fresh = send("msg_2b3c", datetime.now(UTC))
     assert fresh.status_code == 202 and fresh.json()["status"] == "accepted"
     todo = await todos.get(core, alice.agent.human, fresh.json()["todo_id"])
     assert (todo["title"], await key_of(core, todo["id"]), todo["source"]) == ("Invoice in_42", "msg_2b3c",
                                                                                "intake-standard")
-    replayed = send("msg_2b3c", datetime.now(timezone.utc))
+    replayed = send("msg_2b3c", datetime.now(UTC))
     assert replayed.json() == {"status": "duplicate", "todo_id": todo["id"]}
 
 
@@ -376,7 +376,8 @@ async def test_bad_rules_are_refused_at_creation_naming_the_rule_and_field(core,
     for fields, argument in [({"source": "gitlab"}, "source"), ({"source": "hmac", "secret": "short"}, "secret"),
                              ({"source": "standard", "secret": "not-a-whsec-secret-at-all"}, "secret"),
                              ({"source": "github", "queue": "elsewhere"}, "queue"),
-                             ({"source": "github", "name": "a/b"}, "name"), ({"source": "github", "name": " "}, "name")]:
+                             ({"source": "github", "name": "a/b"}, "name"),
+                             ({"source": "github", "name": " "}, "name")]:
         r = alice.http.post("/intakes", json={"name": "bad", "endpoint": alice.agent.slug, **fields})
         assert r.status_code == 400 and r.json()["error"]["argument"] == argument, (fields, r.text)
     assert await rows(core, "SELECT id FROM intakes") == []

@@ -101,7 +101,7 @@ class Agent:
                     opened.set_result(resp.status_code)
                     async for _ in resp.aiter_raw():
                         pass
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 if not opened.done():
                     opened.set_exception(exc)
             finally:

@@ -15,16 +15,16 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
-from conftest import clean_database, core_for, make_settings, run_async, start_thread_server
-from core_world import make_world, sql
 from typer.testing import CliRunner
 
+from conftest import clean_database, core_for, make_settings, run_async, start_thread_server
+from core_world import make_world, sql
 from switchboard.core import hooks, humans, sink_messages, sinks, todos
 from switchboard.core.errors import Invalid, NotFound
 from switchboard.runtime import Runtime
@@ -61,7 +61,7 @@ def receiver():
     rec = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
             rec.got.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
             status = rec.statuses.pop(0) if rec.statuses else 200
@@ -223,7 +223,7 @@ async def test_a_stuck_queue_is_reported_once_and_again_only_after_it_recovers(c
         "pending_since": None}
     # Not again while it stays stuck, however many ticks and however late.
     assert (await sinks.tick(core))["queue_stuck"] == 0
-    later = datetime.now(timezone.utc) + timedelta(hours=5)  # by then the builds queue is stuck too
+    later = datetime.now(UTC) + timedelta(hours=5)  # by then the builds queue is stuck too
     assert (await sinks.tick(core, now=later))["queue_stuck"] == 1
     assert (await sinks.tick(core, now=later))["queue_stuck"] == 0
     assert len(await sql(core, stuck_rows)) == 1
@@ -250,7 +250,7 @@ async def test_a_stuck_queue_is_reported_once_and_again_only_after_it_recovers(c
 
 async def test_a_digest_comes_once_a_day_at_the_chosen_hour_in_the_chosen_time_zone(core):
     w = await make_world(core, queues=("inbox", "builds"))
-    now = datetime.now(timezone.utc) + timedelta(seconds=20)  # after the activity below
+    now = datetime.now(UTC) + timedelta(seconds=20)  # after the activity below
     zone = "Asia/Kathmandu"  # UTC+05:45: its hour never equals UTC's
     local_hour = now.astimezone(ZoneInfo(zone)).hour
     sink = await sinks.add(core, w.h1, kind="slack", url="https://hooks.example.com/d", events=["digest"],
@@ -469,7 +469,8 @@ async def test_bad_input_is_refused_naming_the_field_and_nothing_changes(core, a
         ({"kind": "irc"}, "kind"), ({"kind": None}, "kind"),
         ({"url": "ftp://hooks.example.com/in"}, "url"), ({"url": "not a url"}, "url"),
         ({"url": "https://hooks.example.com/in\r\nX: 1"}, "url"),
-        ({"digest_hour": 24}, "digest_hour"), ({"digest_hour": -1}, "digest_hour"), ({"digest_hour": "9am"}, "digest_hour"),
+        ({"digest_hour": 24}, "digest_hour"), ({"digest_hour": -1}, "digest_hour"),
+        ({"digest_hour": "9am"}, "digest_hour"),
         ({"timezone": "Mars/Olympus_Mons"}, "timezone"), ({"timezone": "../../etc/passwd"}, "timezone"),
         ({"events": ["todo.exploded"]}, "events"), ({"stuck_minutes": 0}, "stuck_minutes"),
         ({"name": "x" * 65}, "name"), ({"colour": "red"}, "colour"),
@@ -481,7 +482,7 @@ async def test_bad_input_is_refused_naming_the_field_and_nothing_changes(core, a
         assert error["code"] == "invalid" and error["argument"] == argument, (change, error)
     assert await sinks.list_for_owner(core, w.h1) == []
     assert await sql(core, "SELECT * FROM notification_sinks") == []
-    for n in range(sinks.MAX_PER_OWNER):
+    for _ in range(sinks.MAX_PER_OWNER):
         assert call(api_server, token, "POST", "/api/v1/sinks", json=good).status_code == 201
     assert call(api_server, token, "POST", "/api/v1/sinks", json=good).status_code == 409
 

@@ -11,6 +11,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
 from board_kit import CSP, axe_violations, board_server, browser, page_for, screenshot  # noqa: F401
 
 
@@ -19,7 +20,7 @@ def chat():
     got: list[dict] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             got.append(json.loads(self.rfile.read(int(self.headers.get("content-length", "0")))))
             self.send_response(200)
             self.send_header("content-length", "0")

@@ -56,6 +56,8 @@ class Settings(BaseSettings):
     api_rate_limit_per_minute: int = Field(600, ge=1)  # human API requests a token may make (web/api)
     api_rate_limit_burst: int = Field(60, ge=1)  # and how many at once, saved up
     mcp_auth_cache_seconds: float = Field(2.0, ge=0, le=300)  # credential lookups reused this long
+    oauth_access_token_seconds: int = Field(3600, ge=1, le=86400)  # OAuth access tokens for MCP hosts
+    oauth_refresh_token_seconds: int = Field(30 * 86400, ge=60, le=365 * 86400)  # and their refresh tokens
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "text"] = "auto"  # auto: text on a terminal, JSON otherwise
     doorbell_gate_seconds: float = Field(60.0, ge=0)
@@ -95,7 +97,7 @@ class Settings(BaseSettings):
 
     @field_validator("dev_login")
     @classmethod
-    def _dev_login_on_loopback(cls, v: bool, info) -> bool:  # noqa: ANN001
+    def _dev_login_on_loopback(cls, v: bool, info) -> bool:
         host = str(info.data.get("host", "127.0.0.1")).strip("[]").lower()
         if v and not is_loopback(host):
             raise ValueError("dev login is allowed only when SWITCHBOARD_HOST is a loopback address")
@@ -108,12 +110,12 @@ class Settings(BaseSettings):
 
     @field_validator("oidc_client_secret")
     @classmethod
-    def _oidc_complete(cls, v: str | None, info) -> str | None:  # noqa: ANN001
+    def _oidc_complete(cls, v: str | None, info) -> str | None:
         return _complete_client("OIDC", v or None, info, issuer=True)
 
     @field_validator("github_client_secret")
     @classmethod
-    def _github_complete(cls, v: str | None, info) -> str | None:  # noqa: ANN001
+    def _github_complete(cls, v: str | None, info) -> str | None:
         return _complete_client("GITHUB", v or None, info, issuer=False)
 
     @property
@@ -139,7 +141,7 @@ def _issuer_url(value: str) -> str:
     return value.strip()
 
 
-def _complete_client(prefix: str, secret: str | None, info, *, issuer: bool) -> str | None:  # noqa: ANN001
+def _complete_client(prefix: str, secret: str | None, info, *, issuer: bool) -> str | None:
     """The client secret, when the provider's settings are all given or all absent."""
     low = prefix.lower()
     if issuer and f"{low}_issuer" not in info.data:

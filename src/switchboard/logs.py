@@ -79,7 +79,7 @@ class DisconnectFilter(logging.Filter):
         return True
 
 
-def choose_format(fmt: str, stream) -> str:  # noqa: ANN001
+def choose_format(fmt: str, stream) -> str:
     """`json` or `text` as asked; for `auto`, text when the stream is a terminal (a person reads it),
     JSON otherwise (a collector does)."""
     if fmt in ("json", "text"):
@@ -91,7 +91,7 @@ def choose_format(fmt: str, stream) -> str:  # noqa: ANN001
         return "json"
 
 
-def configure(level: str = "info", fmt: str = "auto", stream=None) -> None:  # noqa: ANN001
+def configure(level: str = "info", fmt: str = "auto", stream=None) -> None:
     stream = stream or sys.stderr
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if choose_format(fmt, stream) == "json" else TextFormatter())

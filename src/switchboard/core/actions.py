@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from . import todos
 from .inputs import JsonValue
@@ -39,7 +39,7 @@ def _parse_ts(value: object) -> datetime | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
-def _claimable(todo: dict, now: datetime) -> bool:
+def _claimable(todo: dict[str, Any], now: datetime) -> bool:
     """The claim statement's three arms (core/sql/todos.sql `claim`): pending, a lapsed lease below
     the cap (a takeover), or a due retry below the cap."""
     state = todo["state"]
@@ -67,9 +67,9 @@ class OwnerAction:
     states: tuple[TodoState, ...]
     fields: tuple[ActionField, ...]
     run: Run
-    when: Callable[[dict, datetime], bool] | None = None  # a finer rule than the state, when there is one
+    when: Callable[[dict[str, Any], datetime], bool] | None = None  # a finer rule than the state, when there is one
 
-    def applies(self, todo: dict, now: datetime | None = None) -> bool:
+    def applies(self, todo: dict[str, Any], now: datetime | None = None) -> bool:
         if self.when is not None:
             return self.when(todo, now or datetime.now(UTC))
         return todo["state"] in self.states
@@ -91,39 +91,39 @@ def _claimant(via: str, human: HumanCaller) -> str:
     return f"{via}:{human.name}"
 
 
-async def _claim(core: Core, human: HumanCaller, todo_id: str, f: dict) -> dict:
+async def _claim(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
     got = await todos.claim(core, human, todo_id, lease_ttl_seconds=f.get("lease_ttl_seconds"),
                             claimant=f.get("claimant"))
     return got.todo
 
 
-async def _complete(core: Core, human: HumanCaller, todo_id: str, f: dict) -> dict:
+async def _complete(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
     return await todos.complete(core, human, todo_id, result=f.get("result"), summary=f.get("summary"),
                                 artifact=f.get("artifact"))
 
 
-async def _fail(core: Core, human: HumanCaller, todo_id: str, f: dict) -> dict:
+async def _fail(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
     return await todos.fail(core, human, todo_id, result=f.get("result"), summary=f.get("summary"),
                             artifact=f.get("artifact"), retry=f.get("retry"))
 
 
-async def _release(core: Core, human: HumanCaller, todo_id: str, f: dict) -> dict:
+async def _release(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
     return await todos.release(core, human, todo_id, summary=f.get("summary"), artifact=f.get("artifact"))
 
 
-async def _extend(core: Core, human: HumanCaller, todo_id: str, f: dict) -> dict:
+async def _extend(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
     return await todos.heartbeat(core, human, todo_id, lease_ttl_seconds=f.get("lease_ttl_seconds"))
 
 
-async def _retry(core: Core, human: HumanCaller, todo_id: str, f: dict) -> dict:
+async def _retry(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
     return await todos.retry(core, human, todo_id)
 
 
-async def _cancel(core: Core, human: HumanCaller, todo_id: str, f: dict) -> dict:
+async def _cancel(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
     return await todos.cancel(core, human, todo_id)
 
 
-async def _input(core: Core, human: HumanCaller, todo_id: str, f: dict) -> dict:
+async def _input(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
     return await todos.provide_input(core, human, todo_id, payload=f.get("payload"),
                                      lease_ttl_seconds=f.get("lease_ttl_seconds"))
 
@@ -160,13 +160,13 @@ del S
 ACTIONS: dict[str, OwnerAction] = {a.name: a for a in _ACTIONS}
 
 
-def available(todo: dict, now: datetime | None = None) -> list[OwnerAction]:
+def available(todo: dict[str, Any], now: datetime | None = None) -> list[OwnerAction]:
     """The actions that apply to this todo as it stands, in the table's order."""
     return [a for a in _ACTIONS if a.applies(todo, now)]
 
 
 async def perform(core: Core, human: HumanCaller, name: str, todo_id: str, *, via: str,
-                  **fields: JsonValue) -> dict:
+                  **fields: JsonValue) -> dict[str, Any]:
     """Run action `name` with `fields` (already decoded from the surface's wire format; the core
     checks them). `via` names the surface, for the claimant label of an owner's claim.
 

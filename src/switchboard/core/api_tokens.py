@@ -37,7 +37,7 @@ class TokenCaller:
         return self.scope == "write"
 
 
-def public(row: dict) -> dict:
+def public(row: dict[str, Any]) -> dict:
     """A token as its human sees it: never the token or its hash."""
     return {"id": str(row["id"]), "prefix": row["prefix"], "scope": row["scope"],
             "created_at": ts(row["created_at"]), "expires_at": ts(row["expires_at"]),
@@ -63,7 +63,7 @@ def expires_in(value: Any) -> int | None:
 
 
 async def create(core: Core, human: HumanCaller, *, scope_name: Any = None,
-                 expires_in_seconds: Any = None) -> tuple[str, dict]:
+                 expires_in_seconds: Any = None) -> tuple[str, dict[str, Any]]:
     """A new token (shown once) and its public row. Scope `write` unless told; no expiry unless told."""
     chosen = scope(scope_name)
     seconds = expires_in(expires_in_seconds)
@@ -90,14 +90,14 @@ async def resolve(core: Core, token: str | None) -> TokenCaller | None:
                        scope=row["scope"], is_admin=bool(row["is_admin"]))
 
 
-async def list_for(core: Core, human: HumanCaller) -> list[dict]:
+async def list_for(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
     """The human's tokens, newest first, revoked and expired ones included."""
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.api_tokens.of_human, {"human_id": human.human_id})
         return [public(r) for r in await cur.fetchall()]
 
 
-async def revoke(core: Core, human: HumanCaller, ref: Any) -> tuple[dict, bool]:
+async def revoke(core: Core, human: HumanCaller, ref: Any) -> tuple[dict[str, Any], bool]:
     """Revoke one of the human's tokens, named by id or display prefix. Returns the token and whether
     this call revoked it. Another human's token is not_found, exactly like an unknown one."""
     if not isinstance(ref, str) or not ref.strip() or len(ref) > 64:

@@ -26,7 +26,7 @@ def _seconds(value: Any, argument: str, low: int, high: int) -> int | None:
 
 
 async def change(core: Core, human: HumanCaller, slug: Any, *, expires_in_seconds: Any = UNSET,
-                 default_lease_ttl_seconds: Any = UNSET) -> dict:
+                 default_lease_ttl_seconds: Any = UNSET) -> dict[str, Any]:
     """Set (or clear, with None) the expiry, `expires_in_seconds` from now, and the default lease of
     one of the human's active endpoints; a field left out stays as it is. A revoked endpoint is a
     conflict; another human's is not_found."""

@@ -14,7 +14,7 @@ from .queries import Q
 from .secrets import display_prefix, new_credential, new_slug, same, sha256
 
 
-def public(row: dict) -> dict:
+def public(row: dict[str, Any]) -> dict:
     """An endpoint as its owner sees it; never the credential or its hash."""
     return {
         "endpoint_id": str(row["id"]), "slug": row["slug"], "agent": row["agent_name"],
@@ -28,7 +28,7 @@ def public(row: dict) -> dict:
     }
 
 
-def caller_from_row(row: dict, session_id: str | None = None) -> EndpointCaller:
+def caller_from_row(row: dict[str, Any], session_id: str | None = None) -> EndpointCaller:
     return EndpointCaller(endpoint_id=row["id"], agent_id=row["agent_id"], queues=tuple(row["scope_queues"]),
                           verbs=effective_verbs(row["scope_verbs"]), session_id=session_id,
                           default_lease_ttl=row["default_lease_ttl_seconds"], slug=row["slug"])
@@ -36,7 +36,7 @@ def caller_from_row(row: dict, session_id: str | None = None) -> EndpointCaller:
 
 async def vend(core: Core, human: HumanCaller, *, agent: Any, queues: list[str] | None = None,
                verbs: list[str] | None = None, lease_ttl: Any = None,
-               expires_at: datetime | None = None) -> tuple[dict, str]:
+               expires_at: datetime | None = None) -> tuple[dict[str, Any], str]:
     """Vend an endpoint for one of the human's agents. Returns (endpoint, credential shown once)."""
     agent_name = inputs.text(agent, "agent", max_chars=64, required=True)
     queue_list = list(dict.fromkeys(inputs.queue(q) for q in inputs.string_list(queues or ["inbox"], "queue")))
@@ -62,7 +62,7 @@ async def vend(core: Core, human: HumanCaller, *, agent: Any, queues: list[str] 
     return public(row), credential
 
 
-async def resolve_credential(core: Core, credential: str | None) -> dict | None:
+async def resolve_credential(core: Core, credential: str | None) -> dict[str, Any] | None:
     """The active, unexpired endpoint row for a bearer credential, or None."""
     if not credential or not credential.startswith("sbk_") or len(credential) > 128:
         return None
@@ -76,7 +76,7 @@ async def resolve_credential(core: Core, credential: str | None) -> dict | None:
     return row
 
 
-async def credential_owner(core: Core, credential: str) -> dict | None:
+async def credential_owner(core: Core, credential: str) -> dict[str, Any] | None:
     """The endpoint row a credential belongs to, in any state (revoked included), or None. Not an
     authentication: the MCP surface uses it only to tell an open session of a revoked endpoint that
     it was refused."""
@@ -100,13 +100,13 @@ async def not_live(core: Core, endpoint_ids: list[str]) -> set[str]:
         return {str(r["id"]) for r in await cur.fetchall()}
 
 
-async def list_for_human(core: Core, human: HumanCaller) -> list[dict]:
+async def list_for_human(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.endpoints.for_human, {"human_id": human.human_id})
         return [public(r) for r in await cur.fetchall()]
 
 
-async def get_for_human(core: Core, human: HumanCaller, slug: Any) -> dict:
+async def get_for_human(core: Core, human: HumanCaller, slug: Any) -> dict[str, Any]:
     """The raw endpoint row when the human owns it; another human's slug is not_found."""
     if not inputs.is_identifier(slug):
         raise NotFound("endpoint not found", argument="slug")
@@ -136,7 +136,7 @@ async def _revoke_id(core: Core, endpoint_id: UUID) -> tuple[bool, int]:
     return revoked, len(evs)
 
 
-async def revoke(core: Core, human: HumanCaller, slug: Any) -> dict:
+async def revoke(core: Core, human: HumanCaller, slug: Any) -> dict[str, Any]:
     """Revoke an endpoint: its credential stops working and every live todo becomes a dead letter."""
     row = await get_for_human(core, human, slug)
     _, affected = await _revoke_id(core, row["id"])

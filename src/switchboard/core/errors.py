@@ -5,6 +5,8 @@ Messages never carry a token, summary or artifact. `op` and `todo_id` wrap the e
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..db.pool import DatabaseTimeout
 
 
@@ -24,8 +26,8 @@ class CoreError(Exception):
         where = " ".join(p for p in (self.op, self.todo_id) if p)
         return f"{where}: {self.code}: {self.message}" if where else f"{self.code}: {self.message}"
 
-    def to_dict(self) -> dict:
-        body: dict = {"code": self.code, "message": self.message}
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.argument is not None:
             body["argument"] = self.argument
         return body

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .models import Core
 from .queries import Q
 from .states import GAUGE_STATES
@@ -9,7 +11,7 @@ from .states import GAUGE_STATES
 __all__ = ["GAUGE_STATES", "queue_states"]
 
 
-async def queue_states(core: Core) -> tuple[list[dict], list[str]]:
+async def queue_states(core: Core) -> tuple[list[dict[str, Any]], list[str]]:
     """(rows of queue, state, n, oldest_seconds; the queues granted to active endpoints), read in one
     transaction bounded by a 5 s statement timeout."""
     async with core.pool.connection() as conn, conn.transaction():

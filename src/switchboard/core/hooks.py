@@ -39,7 +39,7 @@ def new_secret() -> str:
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix: the last 32 bits are IPv4
 
 
-def embedded_addresses(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> tuple[str, list]:
+def embedded_addresses(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> tuple[str, list[Any]]:
     """The IPv4 addresses an IPv6 address carries, with the form's name: IPv4-mapped, 6to4, Teredo
     (its server and its client) or NAT64. ("", []) for any other address."""
     if not isinstance(ip, ipaddress.IPv6Address):
@@ -172,7 +172,7 @@ def _events(values: Any) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def public(row: dict) -> dict:
+def public(row: dict[str, Any]) -> dict:
     """A hook as its owner sees it in lists: never the secret; the URL query redacted."""
     return {
         "hook_id": str(row["id"]),
@@ -191,7 +191,7 @@ def public(row: dict) -> dict:
 
 # ------------------------------------------------------------------------------ the owner's API
 
-async def add(core: Core, human: HumanCaller, slug: Any, *, url: Any, events: Any = None) -> tuple[dict, str]:
+async def add(core: Core, human: HumanCaller, slug: Any, *, url: Any, events: Any = None) -> tuple[dict[str, Any], str]:
     """Subscribe a URL to an endpoint's todo events. Returns (hook, signing secret shown once)."""
     endpoint = await get_for_human(core, human, slug)
     if endpoint["state"] != "active":
@@ -217,7 +217,7 @@ async def add(core: Core, human: HumanCaller, slug: Any, *, url: Any, events: An
     return out, secret
 
 
-async def list_for_endpoint(core: Core, human: HumanCaller, slug: Any) -> list[dict]:
+async def list_for_endpoint(core: Core, human: HumanCaller, slug: Any) -> list[dict[str, Any]]:
     endpoint = await get_for_human(core, human, slug)
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.hooks.for_endpoint, {"endpoint_id": endpoint["id"]})
@@ -231,7 +231,7 @@ def _hook_id(value: Any) -> uuid.UUID:
         raise NotFound("notify hook not found", argument="hook_id") from None
 
 
-async def remove(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = None) -> dict:
+async def remove(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = None) -> dict[str, Any]:
     """Delete a hook of one of the human's endpoints (with its pending notifications and log).
 
     Another human's hook and an unknown id are the same not_found. With `slug`, the hook must also
@@ -248,7 +248,7 @@ async def remove(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = No
     return public(row)
 
 
-async def enable(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = None) -> dict:
+async def enable(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = None) -> dict[str, Any]:
     """Turn a disabled hook of one of the human's endpoints back on: the failure count and the
     disabled reason are cleared, and notifications are queued for it again from now on (the ones
     failed while it was off stay failed). Enabling an enabled hook changes nothing. Another human's
@@ -265,7 +265,7 @@ async def enable(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = No
 
 
 async def deliveries(core: Core, human: HumanCaller, *, slug: Any = None, hook_id: Any = None,
-                     limit: int = 50, with_attempts: bool = False) -> list[dict]:
+                     limit: int = 50, with_attempts: bool = False) -> list[dict[str, Any]]:
     """The delivery log of the human's hooks, newest first (for the Board, the CLI and the API)."""
     if slug is not None:
         await get_for_human(core, human, slug)
@@ -301,7 +301,7 @@ async def deliveries(core: Core, human: HumanCaller, *, slug: Any = None, hook_i
 # ------------------------------------------------------------------------------ the sender's side
 
 async def claim_due(core: Core, *, limit: int, per_hook: int, lease_seconds: float,
-                    busy: list[uuid.UUID] | None = None) -> list[dict]:
+                    busy: list[uuid.UUID] | None = None) -> list[dict[str, Any]]:
     """Take due notifications under a lease; each comes with its hook's URL and secret."""
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.hooks.claim_due, {

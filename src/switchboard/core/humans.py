@@ -151,20 +151,20 @@ async def set_disabled(core: Core, human: HumanCaller, disabled: bool) -> int:
     return 0
 
 
-def _token_row(row: dict) -> dict:
+def _token_row(row: dict[str, Any]) -> dict:
     return {"id": str(row["id"]), "prefix": row["prefix"],
             "created_at": row["created_at"].isoformat(),
             "revoked_at": row["revoked_at"].isoformat() if row["revoked_at"] else None}
 
 
-async def list_tokens(core: Core, human: HumanCaller) -> list[dict]:
+async def list_tokens(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
     """The human's API tokens, newest first: id, display prefix, created_at, revoked_at."""
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.humans.tokens_of, {"human_id": human.human_id})
         return [_token_row(r) for r in await cur.fetchall()]
 
 
-async def revoke_token(core: Core, human: HumanCaller, ref: Any) -> tuple[dict, bool]:
+async def revoke_token(core: Core, human: HumanCaller, ref: Any) -> tuple[dict[str, Any], bool]:
     """Revoke one of the human's tokens, named by its id or its display prefix. Returns the token and
     whether this call revoked it (False: it was revoked already). Another human's token is not found,
     exactly like an unknown one."""
@@ -184,7 +184,7 @@ async def revoke_token(core: Core, human: HumanCaller, ref: Any) -> tuple[dict, 
     return _token_row(row), not was_revoked
 
 
-async def create_token(core: Core, human: HumanCaller) -> tuple[str, dict]:
+async def create_token(core: Core, human: HumanCaller) -> tuple[str, dict[str, Any]]:
     """A human API token, shown once; only its SHA-256 and a display prefix are kept."""
     token = new_human_token()
     async with core.pool.connection() as conn:

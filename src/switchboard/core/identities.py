@@ -101,7 +101,7 @@ async def sign_in(core: Core, issuer: str, subject: str, *, hint: Any = None, cr
         return await _sign_in_once(core, issuer, subject, hint, create=False)
 
 
-async def link(core: Core, human: HumanCaller, issuer: Any, subject: Any) -> dict:
+async def link(core: Core, human: HumanCaller, issuer: Any, subject: Any) -> dict[str, Any]:
     """Link an identity to an existing human; an identity linked already (to anyone) is a conflict."""
     issuer = _text(issuer, "issuer", 512)
     subject = _text(subject, "subject", 255)
@@ -122,7 +122,7 @@ async def unlink(core: Core, human: HumanCaller, issuer: Any, subject: Any) -> b
         return await cur.fetchone() is not None
 
 
-async def of_human(core: Core, human: HumanCaller) -> list[dict]:
+async def of_human(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.identities.of_human, {"human_id": human.human_id})
         return [{"issuer": r["issuer"], "subject": r["subject"], "created_at": r["created_at"].isoformat(),

@@ -129,7 +129,7 @@ def _eval(rule: dict, index: int, field: str, document: dict) -> Any:
     except JMESPathError as exc:
         detail = " ".join(str(exc).split())[:300]
         raise RoutingFault(f"{_where(index, field)} failed: {detail}") from None
-    except Exception as exc:  # noqa: BLE001 - a function meeting a value it cannot take: held, not lost
+    except Exception as exc:  # a function meeting a value it cannot take: held, not lost
         raise RoutingFault(f"{_where(index, field)} failed: {type(exc).__name__}") from None
 
 

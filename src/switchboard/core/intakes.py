@@ -95,7 +95,7 @@ def _name(value: Any) -> str:
     return name
 
 
-def public(row: dict) -> dict:
+def public(row: dict[str, Any]) -> dict:
     """An intake as its owner sees it: never the secret, never the token (only its prefix)."""
     return {
         "intake_id": str(row["id"]),
@@ -125,7 +125,7 @@ def hook_path(token: str) -> str:
 # ------------------------------------------------------------------------------ the owner's side
 
 async def create(core: Core, human: HumanCaller, *, name: Any, endpoint: Any, source: Any, queue: Any = None,
-                 secret: Any = None, rules: Any = None) -> tuple[dict, str, str]:
+                 secret: Any = None, rules: Any = None) -> tuple[dict[str, Any], str, str]:
     """Make an intake for one of the human's endpoints. Returns (intake, URL token, secret); the
     token and the secret are shown this once."""
     clean_name = _name(name)
@@ -155,13 +155,13 @@ async def create(core: Core, human: HumanCaller, *, name: Any, endpoint: Any, so
     return await get(core, human, str(made["id"])), token, key
 
 
-async def list_for_human(core: Core, human: HumanCaller) -> list[dict]:
+async def list_for_human(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.intakes.list_for_human, {"human_id": human.human_id})
         return [public(r) for r in await cur.fetchall()]
 
 
-async def get(core: Core, human: HumanCaller, ref: Any) -> dict:
+async def get(core: Core, human: HumanCaller, ref: Any) -> dict[str, Any]:
     """One of the human's intakes by id or name; anything else is the same not_found."""
     if not isinstance(ref, str) or not 0 < len(ref) <= NAME_MAX_CHARS or any(ord(c) < 0x20 for c in ref):
         raise NotFound("intake not found", argument="intake")
@@ -173,7 +173,7 @@ async def get(core: Core, human: HumanCaller, ref: Any) -> dict:
     return public(row)
 
 
-async def set_rules(core: Core, human: HumanCaller, ref: Any, rules: Any) -> dict:
+async def set_rules(core: Core, human: HumanCaller, ref: Any, rules: Any) -> dict[str, Any]:
     clean = intake_rules.validate(rules)
     intake = await get(core, human, ref)
     async with core.pool.connection() as conn:
@@ -184,7 +184,7 @@ async def set_rules(core: Core, human: HumanCaller, ref: Any, rules: Any) -> dic
     return await get(core, human, intake["intake_id"])
 
 
-async def set_enabled(core: Core, human: HumanCaller, ref: Any, enabled: bool) -> dict:
+async def set_enabled(core: Core, human: HumanCaller, ref: Any, enabled: bool) -> dict[str, Any]:
     """Pause an intake (its URL answers like an unknown one: 401, nothing stored) or resume it."""
     intake = await get(core, human, ref)
     async with core.pool.connection() as conn:
@@ -195,7 +195,7 @@ async def set_enabled(core: Core, human: HumanCaller, ref: Any, enabled: bool) -
     return await get(core, human, intake["intake_id"])
 
 
-async def remove(core: Core, human: HumanCaller, ref: Any) -> dict:
+async def remove(core: Core, human: HumanCaller, ref: Any) -> dict[str, Any]:
     """Delete an intake with its quarantine; its URL stops working at once."""
     intake = await get(core, human, ref)
     async with core.pool.connection() as conn:
@@ -217,7 +217,7 @@ def _item_id(value: Any) -> int:
     return number
 
 
-def _held(row: dict, *, with_document: bool = False) -> dict:
+def _held(row: dict[str, Any], *, with_document: bool = False) -> dict:
     out = {"item_id": row["id"], "received_at": shapes.ts(row["received_at"]), "event": row["event"],
            "delivery": row["delivery"], "reason": row["reason"], "replays": row["replays"]}
     if with_document:
@@ -228,7 +228,7 @@ def _held(row: dict, *, with_document: bool = False) -> dict:
 
 
 async def quarantine(core: Core, human: HumanCaller, ref: Any, *, limit: Any = None,
-                     with_documents: bool = False) -> list[dict]:
+                     with_documents: bool = False) -> list[dict[str, Any]]:
     """The intake's quarantined deliveries, newest first (with their documents when asked)."""
     intake = await get(core, human, ref)
     n = inputs.count(limit, "limit", default=QUARANTINE_MAX, low=1, high=QUARANTINE_MAX)
@@ -238,7 +238,7 @@ async def quarantine(core: Core, human: HumanCaller, ref: Any, *, limit: Any = N
         return [_held(r, with_document=with_documents) for r in await cur.fetchall()]
 
 
-async def quarantined(core: Core, human: HumanCaller, ref: Any, item: Any) -> dict:
+async def quarantined(core: Core, human: HumanCaller, ref: Any, item: Any) -> dict[str, Any]:
     """One quarantined delivery with the document the rules saw."""
     intake = await get(core, human, ref)
     async with core.pool.connection() as conn:
@@ -249,7 +249,7 @@ async def quarantined(core: Core, human: HumanCaller, ref: Any, item: Any) -> di
     return _held(row, with_document=True)
 
 
-async def drop(core: Core, human: HumanCaller, ref: Any, item: Any) -> dict:
+async def drop(core: Core, human: HumanCaller, ref: Any, item: Any) -> dict[str, Any]:
     intake = await get(core, human, ref)
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.intakes.quarantine_delete, {"intake_id": intake["intake_id"], "id": _item_id(item)})
@@ -258,7 +258,7 @@ async def drop(core: Core, human: HumanCaller, ref: Any, item: Any) -> dict:
     return {"item_id": _item_id(item), "dropped": True}
 
 
-async def replay(core: Core, human: HumanCaller, ref: Any, item: Any) -> tuple[dict, bool]:
+async def replay(core: Core, human: HumanCaller, ref: Any, item: Any) -> tuple[dict[str, Any], bool]:
     """Route a quarantined delivery again with the intake's current rules. On success the todo is
     made (or the live one with its key found) and the delivery leaves the quarantine; otherwise it
     stays, with the new reason, and the answer is `conflict` naming it."""
@@ -281,7 +281,7 @@ async def replay(core: Core, human: HumanCaller, ref: Any, item: Any) -> tuple[d
     return todo, created
 
 
-async def _for_routing(core: Core, human: HumanCaller, ref: Any) -> dict:
+async def _for_routing(core: Core, human: HumanCaller, ref: Any) -> dict[str, Any]:
     intake = await get(core, human, ref)
     return {"id": intake["intake_id"], "human_id": human.human_id, "name": intake["name"],
             "queue": intake["queue"], "source": intake["source"], "rules": intake["rules"],
@@ -290,7 +290,7 @@ async def _for_routing(core: Core, human: HumanCaller, ref: Any) -> dict:
 
 # ------------------------------------------------------------------------------ the receiving side
 
-async def by_token(core: Core, token: str) -> dict | None:
+async def by_token(core: Core, token: str) -> dict[str, Any] | None:
     """The enabled intake a URL token names, with its secret (for verifying), or None."""
     if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX) or len(token) > TOKEN_MAX_CHARS:
         return None
@@ -308,7 +308,7 @@ async def count_verify_failure(core: Core, intake_id: Any) -> None:
         await conn.execute(Q.intakes.count_verify_failure, {"id": intake_id})
 
 
-async def _make_todo(core: Core, intake: dict, document: dict) -> tuple[dict, bool]:
+async def _make_todo(core: Core, intake: dict[str, Any], document: dict) -> tuple[dict, bool]:
     """Route and push; a rule that fails and a todo the producer refuses are both RoutingFault."""
     shaped = intake_rules.route(list(intake["rules"] or []), document,
                                 default_max_attempts=core.settings.default_max_attempts)
@@ -328,7 +328,7 @@ def _short(value: Any) -> str | None:
     return text
 
 
-async def deliver(core: Core, intake: dict, document: dict) -> dict:
+async def deliver(core: Core, intake: dict[str, Any], document: dict) -> dict:
     """A verified delivery: a todo (`accepted`), the todo an earlier delivery with this id made
     (`duplicate`), or a quarantined delivery (`quarantined`) with the reason."""
     delivery = _short(document.get("delivery"))
@@ -357,7 +357,7 @@ async def deliver(core: Core, intake: dict, document: dict) -> dict:
     return {"status": "accepted" if created else "duplicate", "todo_id": todo["id"]}
 
 
-async def _hold(core: Core, intake: dict, document: dict, delivery: str | None, reason: str) -> int:
+async def _hold(core: Core, intake: dict[str, Any], document: dict, delivery: str | None, reason: str) -> int:
     async with core.pool.connection() as conn, conn.transaction():
         cur = await conn.execute(Q.intakes.quarantine_insert, {
             "intake_id": intake["id"], "event": _short(document.get("event")), "delivery": delivery,

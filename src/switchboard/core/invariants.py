@@ -21,7 +21,9 @@ Returns a list of violations (empty when the database is consistent):
 from __future__ import annotations
 
 from .inputs import NOTES_MAX_PER_ATTEMPT
-from .states import DIED_OUTCOMES, HELD_STATES, Disposition as D, TodoState as S, sql_list
+from .states import DIED_OUTCOMES, HELD_STATES, sql_list
+from .states import Disposition as D
+from .states import TodoState as S
 
 _HELD = sql_list(HELD_STATES)
 _DIED = sql_list(DIED_OUTCOMES)
@@ -79,7 +81,7 @@ CHECKS = {
 }
 
 
-async def check(conn) -> list[str]:  # noqa: ANN001
+async def check(conn) -> list[str]:
     problems: list[str] = []
     for name, sql in CHECKS.items():
         cur = await conn.execute(sql)

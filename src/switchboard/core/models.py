@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg.rows import DictRow
     from psycopg_pool import AsyncConnectionPool
 
     from ..config import Settings
@@ -67,7 +69,7 @@ Caller = EndpointCaller | HumanCaller
 class Core:
     """What every core function works with: the pool, the settings and the hook bus."""
 
-    pool: AsyncConnectionPool
+    pool: AsyncConnectionPool[AsyncConnection[DictRow]]
     settings: Settings
     bus: HookBus = field(default=None)  # type: ignore[assignment]
 

@@ -6,6 +6,7 @@ Ringing itself (MCP notifications to live sessions) is the surface's business (`
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from uuid import UUID
 
 from .models import Core
@@ -17,13 +18,14 @@ RERING_INTERVALS: tuple[float, ...] = (300.0, 1200.0, 3600.0, 21600.0)
 MAX_RERINGS = 5  # also literal in rings.sql and in the todos_rering index predicate
 
 
-async def pending_by_ids(core: Core, ids: Iterable[str]) -> list[dict]:
+async def pending_by_ids(core: Core, ids: Iterable[str]) -> list[dict[str, Any]]:
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.rings.pending_by_ids, {"ids": list(ids)})
         return await cur.fetchall()
 
 
-async def oldest_pending(core: Core, endpoint_id: UUID | str, queues: Iterable[str], limit: int = 5) -> list[dict]:
+async def oldest_pending(core: Core, endpoint_id: UUID | str, queues: Iterable[str],
+                         limit: int = 5) -> list[dict[str, Any]]:
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.rings.oldest_pending, {
             "endpoint_id": endpoint_id, "queues": list(queues), "limit": limit})
@@ -31,7 +33,7 @@ async def oldest_pending(core: Core, endpoint_id: UUID | str, queues: Iterable[s
 
 
 async def rering_due(core: Core, endpoint_ids: Iterable[UUID | str], *,
-                     intervals: tuple[float, ...] = RERING_INTERVALS, per_endpoint: int = 3) -> list[dict]:
+                     intervals: tuple[float, ...] = RERING_INTERVALS, per_endpoint: int = 3) -> list[dict[str, Any]]:
     """Count one more ring on the due todos of these endpoints; their wake-ups go out at commit."""
     ids = [str(e) for e in endpoint_ids]
     if not ids:

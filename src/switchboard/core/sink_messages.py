@@ -67,7 +67,7 @@ def _minutes(value: Any) -> str:
 
 # ----------------------------------------------------------------------------- the content
 
-def content(event: str, facts: dict, *, base_url: str, sink_name: str) -> dict:
+def content(event: str, facts: dict[str, Any], *, base_url: str, sink_name: str) -> dict:
     """What any kind says: a headline, fact lines (label, value), an optional quoted summary, the
     Board link. Values are plain text, not yet escaped."""
     base = base_url.rstrip("/")
@@ -114,9 +114,9 @@ def content(event: str, facts: dict, *, base_url: str, sink_name: str) -> dict:
 
 # ------------------------------------------------------------------------------- the kinds
 
-def _slack(c: dict) -> dict:
+def _slack(c: dict[str, Any]) -> dict:
     facts = "\n".join(f"*{slack_escape(label)}:* {slack_escape(value)}" for label, value in c["lines"])
-    blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": c["headline"][:150],
+    blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": c["headline"][:150],
                                                       "emoji": False}}]
     if facts:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": facts[:3000]}})
@@ -131,7 +131,7 @@ def _slack(c: dict) -> dict:
     return {"text": text, "blocks": blocks, "unfurl_links": False, "unfurl_media": False}
 
 
-def _discord(c: dict) -> dict:
+def _discord(c: dict[str, Any]) -> dict:
     embed: dict[str, Any] = {
         "title": discord_escape(c["headline"])[:256],
         "url": c["link"],
@@ -145,8 +145,8 @@ def _discord(c: dict) -> dict:
             "allowed_mentions": {"parse": []}}
 
 
-def _teams(c: dict) -> dict:
-    body: list[dict] = [{"type": "TextBlock", "text": teams_escape(c["headline"]), "weight": "Bolder",
+def _teams(c: dict[str, Any]) -> dict:
+    body: list[dict[str, Any]] = [{"type": "TextBlock", "text": teams_escape(c["headline"]), "weight": "Bolder",
                          "size": "Medium", "wrap": True}]
     if c["lines"]:
         body.append({"type": "FactSet", "facts": [{"title": teams_escape(label), "value": teams_escape(value)}
@@ -160,13 +160,13 @@ def _teams(c: dict) -> dict:
         {"contentType": "application/vnd.microsoft.card.adaptive", "contentUrl": None, "content": card}]}
 
 
-def _generic(event: str, c: dict, facts: dict, sink_name: str) -> dict:
+def _generic(event: str, c: dict[str, Any], facts: dict, sink_name: str) -> dict:
     text = "\n".join([c["headline"], *(f"{label}: {value}" for label, value in c["lines"])]
                      + ([f"Last summary: {c['summary']}"] if c["summary"] else []))
     return {"type": event, "text": text, "sink": plain(sink_name, 64), "board_url": c["link"], "data": facts}
 
 
-def render(kind: str, event: str, facts: dict, *, base_url: str, sink_name: str) -> dict:
+def render(kind: str, event: str, facts: dict[str, Any], *, base_url: str, sink_name: str) -> dict:
     """The JSON body for one sink kind."""
     c = content(event, facts, base_url=base_url, sink_name=sink_name)
     if kind == "slack":

@@ -93,7 +93,7 @@ def check_timezone(value: Any) -> str:
     return value
 
 
-def public(row: dict) -> dict:
+def public(row: dict[str, Any]) -> dict:
     """A sink as its owner sees it: the URL with its query (which may carry a token) redacted."""
     return {
         "sink_id": str(row["id"]),
@@ -126,7 +126,7 @@ def _sink_id(value: Any) -> uuid.UUID:
 # ------------------------------------------------------------------------------ the owner's API
 
 async def add(core: Core, human: HumanCaller, *, kind: Any, url: Any, name: Any = None, events: Any = None,
-              stuck_minutes: Any = None, digest_hour: Any = None, timezone_name: Any = None) -> dict:
+              stuck_minutes: Any = None, digest_hour: Any = None, timezone_name: Any = None) -> dict[str, Any]:
     """Add a sink owned by the human. Every field is checked before anything is stored."""
     k = _kind(kind)
     target = check_url(url, allow_private=core.settings.hooks_allow_private)
@@ -150,13 +150,13 @@ async def add(core: Core, human: HumanCaller, *, kind: Any, url: Any, name: Any 
     return out
 
 
-async def list_for_owner(core: Core, human: HumanCaller) -> list[dict]:
+async def list_for_owner(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.sinks.for_owner, {"human_id": human.human_id})
         return [public(r) for r in await cur.fetchall()]
 
 
-async def get_row(core: Core, human: HumanCaller, sink_id: Any) -> dict:
+async def get_row(core: Core, human: HumanCaller, sink_id: Any) -> dict[str, Any]:
     """The stored row of one of the human's sinks (URL unredacted: for sending a test message)."""
     sid = _sink_id(sink_id)
     async with core.pool.connection() as conn:
@@ -167,7 +167,7 @@ async def get_row(core: Core, human: HumanCaller, sink_id: Any) -> dict:
     return row
 
 
-async def remove(core: Core, human: HumanCaller, sink_id: Any) -> dict:
+async def remove(core: Core, human: HumanCaller, sink_id: Any) -> dict[str, Any]:
     """Delete one of the human's sinks with its queued messages. Another human's sink and an unknown
     id are the same not_found."""
     sid = _sink_id(sink_id)
@@ -179,7 +179,7 @@ async def remove(core: Core, human: HumanCaller, sink_id: Any) -> dict:
     return public(row)
 
 
-async def enable(core: Core, human: HumanCaller, sink_id: Any) -> dict:
+async def enable(core: Core, human: HumanCaller, sink_id: Any) -> dict[str, Any]:
     """Turn a sink disabled after repeated failures back on; its failure count starts again at 0.
     Messages that failed while it was off stay failed."""
     sid = _sink_id(sink_id)
@@ -198,7 +198,7 @@ async def record_test(core: Core, sink_id: uuid.UUID, *, status: str, error: str
                                                  "error": error[:256] if error else None})
 
 
-async def deliveries(core: Core, human: HumanCaller, *, sink_id: Any = None, limit: int = 50) -> list[dict]:
+async def deliveries(core: Core, human: HumanCaller, *, sink_id: Any = None, limit: int = 50) -> list[dict[str, Any]]:
     """The newest queued messages of the human's sinks and how their last attempt went."""
     sid = _sink_id(sink_id) if sink_id is not None else None
     async with core.pool.connection() as conn:
@@ -222,7 +222,7 @@ def digest_date(now: datetime, hour: int, tz_name: str) -> date | None:
     return local.date() if local.hour == hour else None
 
 
-async def tick(core: Core, *, now: datetime | None = None) -> dict:
+async def tick(core: Core, *, now: datetime | None = None) -> dict[str, Any]:
     """Queue what is due: stuck-queue messages (and forget queues that recovered), then digests.
     One process at a time (a transaction-level advisory lock); returns what was queued."""
     now = now or datetime.now(UTC)
@@ -258,7 +258,8 @@ async def tick(core: Core, *, now: datetime | None = None) -> dict:
 
 # ------------------------------------------------------------------------------ the sender's side
 
-async def claim_due(core: Core, *, limit: int, lease_seconds: float, busy: list[uuid.UUID] | None = None) -> list[dict]:
+async def claim_due(core: Core, *, limit: int, lease_seconds: float,
+                    busy: list[uuid.UUID] | None = None) -> list[dict[str, Any]]:
     """Take due messages under a lease (one per sink at a time); each with its sink's kind, URL, name."""
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.sinks.claim_due, {"limit": limit, "lease": lease_seconds,

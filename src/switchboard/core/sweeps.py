@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import endpoints, events, settings_store
 from .models import Core
@@ -30,14 +31,14 @@ class SweepReport:
     requeued: int = 0
     expired_endpoints: int = 0
     retention_deleted: int = 0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"reaped": self.reaped, "requeued": self.requeued, "expired_endpoints": self.expired_endpoints,
                 "retention_deleted": self.retention_deleted, **self.extra}
 
 
-async def _locked_batch(core: Core, lock: int, sql: str, params: dict) -> list[dict] | None:
+async def _locked_batch(core: Core, lock: int, sql: str, params: dict[str, Any]) -> list[dict] | None:
     """Run one statement under an advisory transaction lock; None when another process holds it."""
     async with core.pool.connection() as conn:
         async with conn.transaction():

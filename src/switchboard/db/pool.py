@@ -44,7 +44,7 @@ _TIMED_OUT = (errors.QueryCanceled, errors.LockNotAvailable)
 class DeadlineCursor(psycopg.AsyncCursor):
     """Reports PostgreSQL's statement and lock timeouts as `DatabaseTimeout`."""
 
-    async def execute(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+    async def execute(self, *args, **kwargs):
         try:
             return await super().execute(*args, **kwargs)
         except _TIMED_OUT as exc:
@@ -64,18 +64,18 @@ class DeadlineConnection(psycopg.AsyncConnection):
     timeout_error: type[Exception] = DatabaseTimeout
     refused_error: type[Exception] | None = None  # raised for SQLSTATE 28000 (see DeadlineCursor)
 
-    async def wait(self, gen, interval=0.1, timeout=None):  # noqa: ANN001, ANN201
+    async def wait(self, gen, interval=0.1, timeout=None):
         if timeout is None:
             timeout = self.deadline
         try:
             return await super().wait(gen, interval, timeout)
-        except errors._WaitTimeout as exc:  # noqa: SLF001 (psycopg's own signal for a wait timeout)
+        except errors._WaitTimeout as exc:  # psycopg's own signal for a wait timeout
             # The connection is mid-statement with a server that does not answer: unusable.
             self.pgconn.finish()
             raise self.timeout_error() from exc
 
 
-async def _configure(conn) -> None:  # noqa: ANN001
+async def _configure(conn) -> None:
     await conn.execute("SET TIME ZONE 'UTC'")
 
 
@@ -125,13 +125,13 @@ class HotFirstPool(AsyncConnectionPool):
 
     timeout_error: type[Exception] = DatabaseTimeout
 
-    async def getconn(self, timeout: float | None = None):  # noqa: ANN201
+    async def getconn(self, timeout: float | None = None):
         try:
             return await super().getconn(timeout)
         except PoolTimeout as exc:
             raise self.timeout_error() from exc
 
-    async def _get_ready_connection(self, timeout: float | None):  # noqa: ANN201
+    async def _get_ready_connection(self, timeout: float | None):
         conn = await super()._get_ready_connection(timeout)
         idle = getattr(self, "_pool", None)
         if conn is not None and isinstance(idle, deque) and idle:

@@ -38,7 +38,7 @@ def tag_session_ids(manager: Any, instance_id: str | None) -> None:
     if not re.match(INSTANCE_ID_PATTERN, instance_id):
         raise ValueError(f"instance id {instance_id!r} must match {INSTANCE_ID_PATTERN}")
     prefix = instance_id + SEPARATOR
-    admit = manager._admit_session  # noqa: SLF001
+    admit = manager._admit_session
 
     def admit_tagged(requestor: Any) -> Any:
         transport = admit(requestor)
@@ -46,12 +46,12 @@ def tag_session_ids(manager: Any, instance_id: str | None) -> None:
             return None
         plain = transport.mcp_session_id
         tagged = prefix + plain
-        instances = manager._server_instances  # noqa: SLF001
-        owners = manager._session_owners  # noqa: SLF001
+        instances = manager._server_instances
+        owners = manager._session_owners
         instances[tagged] = instances.pop(plain)
         if plain in owners:
             owners[tagged] = owners.pop(plain)
         transport.mcp_session_id = tagged
         return transport
 
-    manager._admit_session = admit_tagged  # noqa: SLF001
+    manager._admit_session = admit_tagged

@@ -293,7 +293,7 @@ class Drain:
         args = {k: v for k, v in args.items() if v is not None}
         try:
             result = await self._client.call_tool(name, args)
-        except Exception as exc:  # noqa: BLE001 - the SDK raises many kinds for transport trouble
+        except Exception as exc:  # the SDK raises many kinds for transport trouble
             raise Unreachable(f"{name}: {_describe(exc)}") from None
         body = result.structured_content
         if body is None:
@@ -377,7 +377,7 @@ class Server:
                              f"{', '.join(self.queues)}): vend one with `--queue {queue}`, or set the epic's "
                              "settings.queue", exit_code=2)
 
-    async def __aenter__(self) -> "Server":
+    async def __aenter__(self) -> Server:
         try:
             await self.drain.open()
             self.queues = tuple((await self.producer.endpoint()).get("queues") or ())

@@ -55,7 +55,7 @@ class Verdict:
 
 # -------------------------------------------------------------------------------------- reading
 
-def read_receipt(path) -> tuple[dict | None, str | None]:  # noqa: ANN001
+def read_receipt(path) -> tuple[dict | None, str | None]:
     """(receipt, problem). A missing file is (None, None); an unusable one is (None, what was wrong)."""
     try:
         with open(path, "rb") as fh:

@@ -29,11 +29,11 @@ NOTICES = {
 }
 
 
-def _str(value) -> str:  # noqa: ANN001
+def _str(value) -> str:
     return value if isinstance(value, str) else ""
 
 
-async def _page(board: Board, request: Request, who, *, status: int = 200, error: str | None = None,  # noqa: ANN001
+async def _page(board: Board, request: Request, who, *, status: int = 200, error: str | None = None,
                 headers: dict | None = None) -> Response:
     tokens = await humans.list_tokens(board.core, who[0])
     notice = NOTICES.get(request.query_params.get("done", "")) if status == 200 else None
@@ -42,12 +42,12 @@ async def _page(board: Board, request: Request, who, *, status: int = 200, error
 
 
 @human_page
-async def account(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def account(board: Board, request: Request, who) -> Response:
     return await _page(board, request, who)
 
 
 @human_post
-async def change_password(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def change_password(board: Board, request: Request, who, form) -> Response:
     human = who[0]
     current, new, again = (_str(form.get(k)) for k in ("current", "new", "again"))
     if not current or not new:
@@ -74,7 +74,7 @@ async def change_password(board: Board, request: Request, who, form) -> Response
 
 
 @human_post
-async def revoke_token(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def revoke_token(board: Board, request: Request, who, form) -> Response:
     try:
         row, _ = await humans.revoke_token(board.core, who[0], request.path_params["token_id"])
     except (NotFound, Conflict):  # an id of someone else's token reads like an unknown one

@@ -113,7 +113,8 @@ def _validate(values: dict) -> tuple[dict, dict[str, str]]:
     ttl = values["lease_ttl"].strip()
     if ttl:
         if not ttl.isdigit() or not LEASE_MIN <= int(ttl) <= LEASE_MAX:
-            errors["lease_ttl"] = f"The default lease must be a whole number of seconds from {LEASE_MIN} to {LEASE_MAX}."
+            errors["lease_ttl"] = (f"The default lease must be a whole number of seconds from {LEASE_MIN} "
+                                   f"to {LEASE_MAX}.")
         else:
             clean["lease_ttl"] = int(ttl)
     else:
@@ -149,7 +150,7 @@ def _client_config(board: Board, endpoint: dict, credential: str) -> str:
 # ---------------------------------------------------------------------------------------- screens
 
 @human_page
-async def endpoints_screen(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def endpoints_screen(board: Board, request: Request, who) -> Response:
     eps = await endpoints.list_for_human(board.core, who[0])
     revoked = request.query_params.get("revoked", "")[:64]
     notice = f"Endpoint {revoked} was revoked." if revoked and any(e["slug"] == revoked for e in eps) else None
@@ -158,20 +159,20 @@ async def endpoints_screen(board: Board, request: Request, who) -> Response:  # 
 
 
 @human_page
-async def vend_form(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def vend_form(board: Board, request: Request, who) -> Response:
     q = request.query_params
     values = _values(q) if q.get("agent") is not None else {
         "agent": "", "queues": "inbox", "verbs": list(DEFAULT_VERBS), "lease_ttl": ""}
     return _vend_page(board, request, who, values, {})
 
 
-def _vend_page(board: Board, request: Request, who, values: dict, errors: dict, status: int = 200) -> Response:  # noqa: ANN001
+def _vend_page(board: Board, request: Request, who, values: dict, errors: dict, status: int = 200) -> Response:
     return board.page(request, who, "vend.html", status=status, title="Vend an endpoint", active="endpoints",
                       v=values, errors=errors, verb_help=VERB_HELP, verbs=VERBS)
 
 
 @human_post
-async def vend_review(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def vend_review(board: Board, request: Request, who, form) -> Response:
     values = _values(form)
     clean, errors = _validate(values)
     if errors:
@@ -184,7 +185,7 @@ async def vend_review(board: Board, request: Request, who, form) -> Response:  #
 
 
 @human_post
-async def vend_submit(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def vend_submit(board: Board, request: Request, who, form) -> Response:
     values = _values(form)
     clean, errors = _validate(values)
     if errors:
@@ -196,7 +197,7 @@ async def vend_submit(board: Board, request: Request, who, form) -> Response:  #
 
 
 @human_page
-async def vended(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def vended(board: Board, request: Request, who) -> Response:
     ticket = _tickets(board).take(who[0].human_id, request.path_params["key"][:64])
     if ticket is None:
         return board.page(request, who, "vended_gone.html", status=410, title="Credential no longer shown",
@@ -207,14 +208,14 @@ async def vended(board: Board, request: Request, who) -> Response:  # noqa: ANN0
                       client_config=_client_config(board, ep, ticket.credential))
 
 
-async def _live_count(board: Board, who, slug: str) -> int:  # noqa: ANN001
+async def _live_count(board: Board, who, slug: str) -> int:
     counts = await todos.counts_for_human(board.core, who[0], endpoint=slug)
     parked = counts[TodoState.FAILED] - counts["dead_letter"]
     return sum(counts[s] for s in LIVE_STATES) + parked
 
 
 @human_page
-async def revoke_confirm(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def revoke_confirm(board: Board, request: Request, who) -> Response:
     slug = request.path_params["slug"]
     try:
         row = await endpoints.get_for_human(board.core, who[0], slug)
@@ -226,7 +227,7 @@ async def revoke_confirm(board: Board, request: Request, who) -> Response:  # no
 
 
 @human_post
-async def revoke_submit(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def revoke_submit(board: Board, request: Request, who, form) -> Response:
     try:
         await endpoints.revoke(board.core, who[0], request.path_params["slug"])
     except NotFound:

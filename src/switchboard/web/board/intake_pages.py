@@ -117,7 +117,7 @@ def _parse_rules(text: str) -> Any:
         raise Invalid(f"rules are not valid JSON: {exc}", argument="rules") from None
 
 
-async def _list_page(board: Board, request: Request, who, values: dict | None = None,  # noqa: ANN001
+async def _list_page(board: Board, request: Request, who, values: dict | None = None,
                      errors: dict | None = None, status: int = 200) -> Response:
     rows = await intakes.list_for_human(board.core, who[0])
     eps = [e for e in await endpoints.list_for_human(board.core, who[0]) if e["state"] == "active"]
@@ -130,12 +130,12 @@ async def _list_page(board: Board, request: Request, who, values: dict | None = 
 
 
 @human_page
-async def intakes_screen(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def intakes_screen(board: Board, request: Request, who) -> Response:
     return await _list_page(board, request, who)
 
 
 @human_post
-async def intake_create(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def intake_create(board: Board, request: Request, who, form) -> Response:
     values = _values(form)
     try:
         rules = _parse_rules(values["rules"])
@@ -151,7 +151,7 @@ async def intake_create(board: Board, request: Request, who, form) -> Response: 
 
 
 @human_page
-async def intake_created(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def intake_created(board: Board, request: Request, who) -> Response:
     ticket = _tickets(board).take(who[0].human_id, request.path_params["key"][:64])
     if ticket is None:
         return board.page(request, who, "intake_gone.html", status=410, title="URL and secret no longer shown",
@@ -161,7 +161,7 @@ async def intake_created(board: Board, request: Request, who) -> Response:  # no
                       source_help=SOURCE_HELP[ticket.intake["source"]])
 
 
-async def _detail(board: Board, request: Request, who, *, rules_text: str | None = None,  # noqa: ANN001
+async def _detail(board: Board, request: Request, who, *, rules_text: str | None = None,
                   errors: dict | None = None, status: int = 200, error: str | None = None) -> Response:
     try:
         intake = await intakes.get(board.core, who[0], request.path_params["ref"])
@@ -181,7 +181,7 @@ async def _detail(board: Board, request: Request, who, *, rules_text: str | None
 
 
 @human_page
-async def intake_screen(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def intake_screen(board: Board, request: Request, who) -> Response:
     return await _detail(board, request, who)
 
 
@@ -190,7 +190,7 @@ def _back(ref: str, **query: str) -> Response:
 
 
 @human_post
-async def intake_rules(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def intake_rules(board: Board, request: Request, who, form) -> Response:
     text = str(form.get("rules") or "")[:200_000]
     try:
         intake = await intakes.set_rules(board.core, who[0], request.path_params["ref"], _parse_rules(text))
@@ -203,7 +203,7 @@ async def intake_rules(board: Board, request: Request, who, form) -> Response:  
 
 
 @human_post
-async def quarantine_replay(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def quarantine_replay(board: Board, request: Request, who, form) -> Response:
     ref = request.path_params["ref"]
     try:
         todo, _ = await intakes.replay(board.core, who[0], ref, request.path_params["item"])
@@ -215,7 +215,7 @@ async def quarantine_replay(board: Board, request: Request, who, form) -> Respon
 
 
 @human_post
-async def quarantine_drop(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def quarantine_drop(board: Board, request: Request, who, form) -> Response:
     ref = request.path_params["ref"]
     try:
         await intakes.drop(board.core, who[0], ref, request.path_params["item"])
@@ -225,7 +225,7 @@ async def quarantine_drop(board: Board, request: Request, who, form) -> Response
 
 
 @human_post
-async def intake_toggle(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def intake_toggle(board: Board, request: Request, who, form) -> Response:
     enable = request.url.path.endswith("/enable")
     try:
         intake = await intakes.set_enabled(board.core, who[0], request.path_params["ref"], enable)
@@ -235,7 +235,7 @@ async def intake_toggle(board: Board, request: Request, who, form) -> Response: 
 
 
 @human_page
-async def remove_confirm(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def remove_confirm(board: Board, request: Request, who) -> Response:
     try:
         intake = await intakes.get(board.core, who[0], request.path_params["ref"])
     except NotFound:
@@ -245,7 +245,7 @@ async def remove_confirm(board: Board, request: Request, who) -> Response:  # no
 
 
 @human_post
-async def remove_submit(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def remove_submit(board: Board, request: Request, who, form) -> Response:
     try:
         await intakes.remove(board.core, who[0], request.path_params["ref"])
     except NotFound:

@@ -18,9 +18,10 @@ import asyncio
 import functools
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Awaitable, Callable
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -153,7 +154,7 @@ class Board:
                 raise BodyTooLarge
             chunks.append(chunk)
         body = b"".join(chunks)
-        request._body = body  # noqa: SLF001 - request.form() reads the capped body from here
+        request._body = body  # request.form() reads the capped body from here
         return body
 
     async def form(self, request: Request, cap: int = BODY_CAP) -> FormData:
@@ -210,7 +211,7 @@ class Board:
                             status_code=403, headers=NO_STORE)
 
 
-def board_of(request: Request) -> "Board":
+def board_of(request: Request) -> Board:
     """The app's Board object (built once by the composition root, `web/app.py`)."""
     return request.app.state.surfaces.board
 

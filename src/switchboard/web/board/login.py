@@ -48,7 +48,7 @@ def _login_page(board: Board, request: Request, *, next_path: str, status: int =
     return response
 
 
-async def _signed_in_response(board: Board, human_id, next_path: str) -> Response:  # noqa: ANN001
+async def _signed_in_response(board: Board, human_id, next_path: str) -> Response:
     value, _ = await board.sessions.start(board.core, human_id)
     response = RedirectResponse(next_path, status_code=303, headers=NO_STORE)
     response.set_cookie(SESSION_COOKIE, value, max_age=SESSION_SECONDS, **board.sessions.cookie_args())
@@ -96,7 +96,7 @@ async def login_submit(request: Request) -> Response:
     return await _signed_in_response(board, human.human_id, next_path)
 
 
-async def check_password(board: Board, account: str, password: str, address: str | None):  # noqa: ANN201
+async def check_password(board: Board, account: str, password: str, address: str | None):
     """(human or None, None) after a password check, or (None, (retry after, message)) when the
     throttle refuses to check it now. Used by sign-in and by the account page's password change."""
     throttle = board.throttle
@@ -125,7 +125,7 @@ async def check_password(board: Board, account: str, password: str, address: str
 
 
 @human_post
-async def logout(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def logout(board: Board, request: Request, who, form) -> Response:
     await board.sessions.end(board.core, who[1])
     response = RedirectResponse("/login", status_code=303, headers=NO_STORE)
     response.delete_cookie(SESSION_COOKIE, **board.sessions.cookie_args())
@@ -154,7 +154,7 @@ async def dev_login(request: Request) -> Response:
     return await _signed_in_response(board, human.human_id, next_path)
 
 
-async def _sign_in_form(board, request: Request):  # noqa: ANN001, ANN202
+async def _sign_in_form(board, request: Request):
     """The posted sign-in form and its local `next`, or the response refusing it (too large, or a
     login token that is missing, expired or from another site)."""
     try:
@@ -168,7 +168,7 @@ async def _sign_in_form(board, request: Request):  # noqa: ANN001, ANN202
     return form, next_path
 
 
-def _str(value) -> str:  # noqa: ANN001
+def _str(value) -> str:
     return value if isinstance(value, str) else ""
 
 

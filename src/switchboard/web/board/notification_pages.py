@@ -32,11 +32,11 @@ KIND_LABELS = {"slack": "Slack (incoming webhook)", "discord": "Discord (webhook
 EVENT_LABELS = {"dead_letter": "Dead letters", "queue_stuck": "Stuck queues", "digest": "Daily digest"}
 
 
-def _str(value) -> str:  # noqa: ANN001
+def _str(value) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
-async def _page(board: Board, request: Request, who, *, status: int = 200, error: str | None = None,  # noqa: ANN001
+async def _page(board: Board, request: Request, who, *, status: int = 200, error: str | None = None,
                 error_field: str | None = None, notice: str | None = None, values: dict | None = None) -> Response:
     rows = await sinks.list_for_owner(board.core, who[0])
     if notice is None and status == 200:
@@ -49,12 +49,12 @@ async def _page(board: Board, request: Request, who, *, status: int = 200, error
 
 
 @human_page
-async def notifications(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def notifications(board: Board, request: Request, who) -> Response:
     return await _page(board, request, who)
 
 
 @human_post
-async def add_sink(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def add_sink(board: Board, request: Request, who, form) -> Response:
     values = {"name": _str(form.get("name")), "kind": _str(form.get("kind")), "url": _str(form.get("url")),
               "events": [e for e in form.getlist("events") if isinstance(e, str)],
               "stuck_minutes": _str(form.get("stuck_minutes")), "digest_hour": _str(form.get("digest_hour")),
@@ -76,7 +76,7 @@ async def add_sink(board: Board, request: Request, who, form) -> Response:  # no
 
 
 @human_post
-async def remove_sink(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def remove_sink(board: Board, request: Request, who, form) -> Response:
     try:
         await sinks.remove(board.core, who[0], request.path_params["sink_id"])
     except NotFound:
@@ -85,7 +85,7 @@ async def remove_sink(board: Board, request: Request, who, form) -> Response:  #
 
 
 @human_post
-async def enable_sink(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def enable_sink(board: Board, request: Request, who, form) -> Response:
     try:
         await sinks.enable(board.core, who[0], request.path_params["sink_id"])
     except NotFound:
@@ -94,7 +94,7 @@ async def enable_sink(board: Board, request: Request, who, form) -> Response:  #
 
 
 @human_post
-async def test_sink(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def test_sink(board: Board, request: Request, who, form) -> Response:
     try:
         outcome = await send_test(board.core, who[0], request.path_params["sink_id"])
     except NotFound:

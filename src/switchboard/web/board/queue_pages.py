@@ -15,7 +15,7 @@ DAY_CHOICES = (7, 14, 30, 90)
 
 
 @human_page
-async def queues_screen(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def queues_screen(board: Board, request: Request, who) -> Response:
     raw = request.query_params.get("days", "14")
     error = None
     days = int(raw) if raw.isdigit() and int(raw) in DAY_CHOICES else 14

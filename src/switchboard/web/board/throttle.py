@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import AsyncIterator
 
 PAIR_FREE_FAILURES = 5
 ADDRESS_FREE_FAILURES = 20
@@ -43,7 +43,7 @@ class _Record:
 
 
 class LoginThrottle:
-    def __init__(self, clock=time.monotonic, *, rate: float = GLOBAL_RATE, burst: int = GLOBAL_BURST,  # noqa: ANN001
+    def __init__(self, clock=time.monotonic, *, rate: float = GLOBAL_RATE, burst: int = GLOBAL_BURST,
                  concurrency: int = VERIFY_CONCURRENCY) -> None:
         self._clock = clock
         self._records: dict[str, _Record] = {}

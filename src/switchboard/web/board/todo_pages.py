@@ -103,7 +103,7 @@ def _query(f: dict, **change: Any) -> str:
 
 
 @human_page
-async def todos_screen(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def todos_screen(board: Board, request: Request, who) -> Response:
     human = who[0]
     f, error = _filters(request)
     try:
@@ -129,7 +129,7 @@ async def todos_screen(board: Board, request: Request, who) -> Response:  # noqa
 # ------------------------------------------------------------------------------------------ drawer
 
 @human_page
-async def drawer(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def drawer(board: Board, request: Request, who) -> Response:
     try:
         context = await _load_drawer(board, who[0], request.path_params["todo_id"])
     except (NotFound, Invalid):
@@ -143,7 +143,7 @@ async def drawer(board: Board, request: Request, who) -> Response:  # noqa: ANN0
 
 
 @human_page
-async def drawer_live(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def drawer_live(board: Board, request: Request, who) -> Response:
     """The parts of an open drawer a live update refreshes: its facts and actions, and its attempts."""
     try:
         context = await _load_drawer(board, who[0], request.path_params["todo_id"])
@@ -173,7 +173,7 @@ def _decode(field: ActionField, raw: str) -> object:
 
 
 @human_post
-async def act(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def act(board: Board, request: Request, who, form) -> Response:
     human = who[0]
     todo_id = request.path_params["todo_id"]
     action = ACTIONS.get(request.path_params["action"])
@@ -222,14 +222,14 @@ def _new_form_context(eps: list[dict], values: dict | None = None, errors: dict 
 
 
 @human_page
-async def new_todo_form(board: Board, request: Request, who) -> Response:  # noqa: ANN001
+async def new_todo_form(board: Board, request: Request, who) -> Response:
     eps = await _endpoint_rows(board, who[0])
     values = {"endpoint": request.query_params.get("endpoint", "")[:64]}
     return board.page(request, who, "new_todo.html", **_new_form_context(eps, values))
 
 
 @human_post
-async def new_todo_submit(board: Board, request: Request, who, form) -> Response:  # noqa: ANN001
+async def new_todo_submit(board: Board, request: Request, who, form) -> Response:
     human = who[0]
     values = {k: _str(form.get(k)) for k in ("endpoint", "queue", "title", "payload", "max_attempts")}
     errors: dict[str, str] = {}
