@@ -55,7 +55,7 @@ def _claimable(todo: dict[str, Any], now: datetime) -> bool:
     return False
 
 
-Run = Callable[[Core, HumanCaller, str, dict], Awaitable[dict]]
+Run = Callable[[Core, HumanCaller, str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -91,39 +91,39 @@ def _claimant(via: str, human: HumanCaller) -> str:
     return f"{via}:{human.name}"
 
 
-async def _claim(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
+async def _claim(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict[str, Any]:
     got = await todos.claim(core, human, todo_id, lease_ttl_seconds=f.get("lease_ttl_seconds"),
                             claimant=f.get("claimant"))
     return got.todo
 
 
-async def _complete(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
+async def _complete(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict[str, Any]:
     return await todos.complete(core, human, todo_id, result=f.get("result"), summary=f.get("summary"),
                                 artifact=f.get("artifact"))
 
 
-async def _fail(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
+async def _fail(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict[str, Any]:
     return await todos.fail(core, human, todo_id, result=f.get("result"), summary=f.get("summary"),
                             artifact=f.get("artifact"), retry=f.get("retry"))
 
 
-async def _release(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
+async def _release(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict[str, Any]:
     return await todos.release(core, human, todo_id, summary=f.get("summary"), artifact=f.get("artifact"))
 
 
-async def _extend(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
+async def _extend(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict[str, Any]:
     return await todos.heartbeat(core, human, todo_id, lease_ttl_seconds=f.get("lease_ttl_seconds"))
 
 
-async def _retry(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
+async def _retry(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict[str, Any]:
     return await todos.retry(core, human, todo_id)
 
 
-async def _cancel(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
+async def _cancel(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict[str, Any]:
     return await todos.cancel(core, human, todo_id)
 
 
-async def _input(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict:
+async def _input(core: Core, human: HumanCaller, todo_id: str, f: dict[str, Any]) -> dict[str, Any]:
     return await todos.provide_input(core, human, todo_id, payload=f.get("payload"),
                                      lease_ttl_seconds=f.get("lease_ttl_seconds"))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import Conflict, Invalid, NotFound
 from .models import Core, HumanCaller
-from .queries import Q
+from .queries import Q, one
 from .secrets import HUMAN_TOKEN_PREFIX, display_prefix, new_human_token, same, sha256
 from .shapes import ts
 
@@ -37,7 +37,7 @@ class TokenCaller:
         return self.scope == "write"
 
 
-def public(row: dict[str, Any]) -> dict:
+def public(row: dict[str, Any]) -> dict[str, Any]:
     """A token as its human sees it: never the token or its hash."""
     return {"id": str(row["id"]), "prefix": row["prefix"], "scope": row["scope"],
             "created_at": ts(row["created_at"]), "expires_at": ts(row["expires_at"]),
@@ -72,7 +72,7 @@ async def create(core: Core, human: HumanCaller, *, scope_name: Any = None,
         cur = await conn.execute(Q.api_tokens.insert, {
             "human_id": human.human_id, "hash": sha256(token), "prefix": display_prefix(token),
             "scope": chosen, "expires_in": seconds})
-        row = await cur.fetchone()
+        row = await one(cur)
     return token, public(row)
 
 
@@ -112,7 +112,7 @@ async def revoke(core: Core, human: HumanCaller, ref: Any) -> tuple[dict[str, An
             raise Conflict("several tokens have that prefix; name the token by its id", argument="token")
         was_revoked = rows[0]["revoked_at"] is not None
         cur = await conn.execute(Q.api_tokens.revoke, {"id": rows[0]["id"], "human_id": human.human_id})
-        row = await cur.fetchone()
+        row = await one(cur)
     return public(row), not was_revoked
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from .endpoints import get_for_human, public
 from .errors import Conflict, Invalid
 from .models import Core, HumanCaller
-from .queries import Q
+from .queries import Q, one
 
 EXPIRES_MIN_SECONDS = 60
 EXPIRES_MAX_SECONDS = 10 * 366 * 86400
@@ -43,5 +43,5 @@ async def change(core: Core, human: HumanCaller, slug: Any, *, expires_in_second
         if await cur.fetchone() is None:
             raise Conflict("endpoint is revoked", argument="slug")
         cur = await conn.execute(Q.endpoints.by_id, {"id": row["id"]})
-        fresh = await cur.fetchone()
+        fresh = await one(cur)
     return public(fresh)

@@ -10,11 +10,11 @@ from uuid import UUID
 from . import events, inputs
 from .errors import Invalid, NotFound
 from .models import DEFAULT_VERBS, VERBS, Core, EndpointCaller, HumanCaller, effective_verbs
-from .queries import Q
+from .queries import Q, one
 from .secrets import display_prefix, new_credential, new_slug, same, sha256
 
 
-def public(row: dict[str, Any]) -> dict:
+def public(row: dict[str, Any]) -> dict[str, Any]:
     """An endpoint as its owner sees it; never the credential or its hash."""
     return {
         "endpoint_id": str(row["id"]), "slug": row["slug"], "agent": row["agent_name"],
@@ -52,12 +52,12 @@ async def vend(core: Core, human: HumanCaller, *, agent: Any, queues: list[str] 
     credential = new_credential()
     async with core.pool.connection() as conn, conn.transaction():
         cur = await conn.execute(Q.endpoints.upsert_agent, {"human_id": human.human_id, "name": agent_name})
-        agent_row = await cur.fetchone()
+        agent_row = await one(cur)
         cur = await conn.execute(Q.endpoints.insert_endpoint, {
             "agent_id": agent_row["id"], "slug": new_slug(), "credential_hash": sha256(credential),
             "prefix": display_prefix(credential), "verbs": verb_list, "queues": queue_list,
             "lease_ttl": lease_ttl, "expires_at": expires_at})
-        row = await cur.fetchone()
+        row = await one(cur)
     row["agent_name"] = agent_row["name"]
     return public(row), credential
 
@@ -142,7 +142,7 @@ async def revoke(core: Core, human: HumanCaller, slug: Any) -> dict[str, Any]:
     _, affected = await _revoke_id(core, row["id"])
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.endpoints.by_id, {"id": row["id"]})
-        fresh = await cur.fetchone()
+        fresh = await one(cur)
     out = public(fresh)
     out["dead_lettered"] = affected
     return out

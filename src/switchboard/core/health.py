@@ -16,7 +16,7 @@ from .queries import Q
 
 log = logging.getLogger("switchboard.health")
 
-_pending: set[asyncio.Task] = set()  # probes that outlived their deadline, until they end
+_pending: set[asyncio.Task[None]] = set()  # probes that outlived their deadline, until they end
 
 
 async def _ping(core: Core, timeout: float) -> None:
@@ -24,7 +24,7 @@ async def _ping(core: Core, timeout: float) -> None:
         await conn.execute(Q.health.ping)
 
 
-def _forget(task: asyncio.Task) -> None:
+def _forget(task: asyncio.Task[None]) -> None:
     _pending.discard(task)
     if not task.cancelled():
         task.exception()  # retrieved: a late failure is expected, not an unhandled error

@@ -14,14 +14,14 @@ import secrets
 import socket
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from . import shapes
 from .endpoints import get_for_human
 from .errors import Conflict, Invalid, NotFound
 from .models import Core, HumanCaller
-from .queries import Q
+from .queries import Q, one
 
 EVENTS = ("todo.created", "todo.ready", "todo.completed", "todo.dead_lettered")
 MAX_PER_ENDPOINT = 5
@@ -150,7 +150,7 @@ def check_url(url: Any, *, allow_private: bool) -> str:
         if parts.hostname.rstrip(".").lower() in ("localhost",) or parts.hostname.endswith(".localhost"):
             raise Invalid("url points at a loopback address; webhooks go to public https targets only",
                           argument="url")
-    return url
+    return cast(str, url)
 
 
 def redact(url: str) -> str:
@@ -172,7 +172,7 @@ def _events(values: Any) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def public(row: dict[str, Any]) -> dict:
+def public(row: dict[str, Any]) -> dict[str, Any]:
     """A hook as its owner sees it in lists: never the secret; the URL query redacted."""
     return {
         "hook_id": str(row["id"]),
@@ -205,13 +205,13 @@ async def add(core: Core, human: HumanCaller, slug: Any, *, url: Any, events: An
         if await cur.fetchone() is None:
             raise Invalid("endpoint is revoked", argument="endpoint")
         cur = await conn.execute(Q.hooks.count_for_endpoint, {"endpoint_id": endpoint["id"]})
-        if (await cur.fetchone())["n"] >= MAX_PER_ENDPOINT:
+        if (await one(cur))["n"] >= MAX_PER_ENDPOINT:
             raise Conflict(f"an endpoint has at most {MAX_PER_ENDPOINT} notify hooks; remove one first",
                            argument="url")
         cur = await conn.execute(Q.hooks.insert, {
             "endpoint_id": endpoint["id"], "slug": endpoint["slug"], "url": target, "events": names,
             "secret": secret, "human_id": human.human_id})
-        row = await cur.fetchone()
+        row = await one(cur)
     out = public(row)
     out["url"] = row["url"]
     return out, secret

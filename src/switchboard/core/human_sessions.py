@@ -8,7 +8,7 @@ lifetime from sign-in; `last_seen_at` is refreshed at most once a minute.
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, cast
 
 from .models import Core, HumanCaller
 from .queries import Q
@@ -63,7 +63,7 @@ async def end_all(core: Core, human_id: Any, conn: Any = None) -> int:
     """End every live session of a human (inside the caller's transaction when `conn` is given)."""
     if conn is not None:
         cur = await conn.execute(Q.human_sessions.end_all, {"human_id": human_id})
-        return cur.rowcount
+        return cast(int, cur.rowcount)
     async with core.pool.connection() as own:
         cur = await own.execute(Q.human_sessions.end_all, {"human_id": human_id})
         return cur.rowcount

@@ -15,7 +15,7 @@ import os
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from argon2 import PasswordHasher
@@ -24,7 +24,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from . import human_sessions
 from .errors import Conflict, Invalid, NotFound
 from .models import Core, HumanCaller
-from .queries import Q
+from .queries import Q, one
 from .secrets import display_prefix, new_human_token, same, sha256
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
@@ -76,7 +76,7 @@ async def add(core: Core, name: Any, password: str | None = None) -> HumanCaller
     try:
         async with core.pool.connection() as conn:
             cur = await conn.execute(Q.humans.insert, {"name": name, "password_hash": pw_hash})
-            row = await cur.fetchone()
+            row = await one(cur)
     except psycopg.errors.UniqueViolation:
         raise Conflict(f"user {name} already exists", argument="name") from None
     return HumanCaller(human_id=row["id"], name=row["name"])
@@ -101,7 +101,7 @@ async def by_id(core: Core, human_id: Any) -> HumanCaller | None:
 
 
 async def _hash(password: str) -> str:
-    return await _in_hash_pool(_hasher.hash, password)
+    return cast(str, await _in_hash_pool(_hasher.hash, password))
 
 
 def _matches(stored: str, password: str) -> bool:
@@ -151,7 +151,7 @@ async def set_disabled(core: Core, human: HumanCaller, disabled: bool) -> int:
     return 0
 
 
-def _token_row(row: dict[str, Any]) -> dict:
+def _token_row(row: dict[str, Any]) -> dict[str, Any]:
     return {"id": str(row["id"]), "prefix": row["prefix"],
             "created_at": row["created_at"].isoformat(),
             "revoked_at": row["revoked_at"].isoformat() if row["revoked_at"] else None}
@@ -180,7 +180,7 @@ async def revoke_token(core: Core, human: HumanCaller, ref: Any) -> tuple[dict[s
             raise Conflict("several tokens have that prefix; name the token by its id", argument="token")
         was_revoked = rows[0]["revoked_at"] is not None
         cur = await conn.execute(Q.humans.revoke_token, {"id": rows[0]["id"], "human_id": human.human_id})
-        row = await cur.fetchone()
+        row = await one(cur)
     return _token_row(row), not was_revoked
 
 
@@ -190,7 +190,7 @@ async def create_token(core: Core, human: HumanCaller) -> tuple[str, dict[str, A
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.humans.insert_token, {
             "human_id": human.human_id, "hash": sha256(token), "prefix": display_prefix(token)})
-        row = await cur.fetchone()
+        row = await one(cur)
     return token, row
 
 

@@ -68,7 +68,7 @@ def _compile(expression: str) -> ParsedResult:
     return jmespath.compile(expression)
 
 
-def validate(rules: Any) -> list[dict]:
+def validate(rules: Any) -> list[dict[str, Any]]:
     """The rules as stored: a list of at most MAX_RULES objects, each with a title expression, only
     known fields, and every expression compiling. Raises Invalid naming `rules[i].field`."""
     if isinstance(rules, str):
@@ -82,7 +82,7 @@ def validate(rules: Any) -> list[dict]:
         raise Invalid("rules must be a JSON list of rule objects", argument="rules")
     if len(rules) > MAX_RULES:
         raise Invalid(f"at most {MAX_RULES} rules", argument="rules")
-    clean: list[dict] = []
+    clean: list[dict[str, Any]] = []
     for i, rule in enumerate(rules):
         if not isinstance(rule, dict):
             raise Invalid(f"rules[{i}] must be an object", argument=f"rules[{i}]")
@@ -123,7 +123,7 @@ def truthy(value: Any) -> bool:
     return not (value is None or value is False or value == "" or value == [] or value == {})
 
 
-def _eval(rule: dict, index: int, field: str, document: dict) -> Any:
+def _eval(rule: dict[str, Any], index: int, field: str, document: dict[str, Any]) -> Any:
     try:
         return _compile(rule[field]).search(document)
     except JMESPathError as exc:
@@ -141,7 +141,7 @@ def _scalar_text(value: Any, index: int, field: str) -> str | None:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def shape(rule: dict, index: int, document: dict, default_max_attempts: int) -> TodoShape:
+def shape(rule: dict[str, Any], index: int, document: dict[str, Any], default_max_attempts: int) -> TodoShape:
     """The todo one rule makes of a delivery, every value checked as a pushed todo's would be."""
     title = _eval(rule, index, "title", document)
     if not isinstance(title, str):
@@ -174,7 +174,7 @@ def shape(rule: dict, index: int, document: dict, default_max_attempts: int) -> 
     return TodoShape(rule=index, title=title, payload=payload, kind=kind, key=key, max_attempts=attempts)
 
 
-def route(rules: list[dict], document: dict, *, default_max_attempts: int) -> TodoShape:
+def route(rules: list[dict[str, Any]], document: dict[str, Any], *, default_max_attempts: int) -> TodoShape:
     """The first matching rule's todo; RoutingFault when none matches or the match fails."""
     for index, rule in enumerate(rules):
         if "filter" in rule and not truthy(_eval(rule, index, "filter", document)):

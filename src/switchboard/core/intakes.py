@@ -20,7 +20,7 @@ import binascii
 import logging
 import re
 import secrets
-from typing import Any
+from typing import Any, cast
 
 from psycopg.types.json import Jsonb
 
@@ -28,7 +28,7 @@ from . import inputs, intake_rules, producer, shapes
 from .endpoints import get_for_human
 from .errors import Conflict, CoreError, Invalid, NotFound
 from .models import Core, HumanCaller
-from .queries import Q
+from .queries import Q, one
 from .secrets import display_prefix, sha256
 
 log = logging.getLogger("switchboard.intake")
@@ -95,7 +95,7 @@ def _name(value: Any) -> str:
     return name
 
 
-def public(row: dict[str, Any]) -> dict:
+def public(row: dict[str, Any]) -> dict[str, Any]:
     """An intake as its owner sees it: never the secret, never the token (only its prefix)."""
     return {
         "intake_id": str(row["id"]),
@@ -217,7 +217,7 @@ def _item_id(value: Any) -> int:
     return number
 
 
-def _held(row: dict[str, Any], *, with_document: bool = False) -> dict:
+def _held(row: dict[str, Any], *, with_document: bool = False) -> dict[str, Any]:
     out = {"item_id": row["id"], "received_at": shapes.ts(row["received_at"]), "event": row["event"],
            "delivery": row["delivery"], "reason": row["reason"], "replays": row["replays"]}
     if with_document:
@@ -308,7 +308,7 @@ async def count_verify_failure(core: Core, intake_id: Any) -> None:
         await conn.execute(Q.intakes.count_verify_failure, {"id": intake_id})
 
 
-async def _make_todo(core: Core, intake: dict[str, Any], document: dict) -> tuple[dict, bool]:
+async def _make_todo(core: Core, intake: dict[str, Any], document: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """Route and push; a rule that fails and a todo the producer refuses are both RoutingFault."""
     shaped = intake_rules.route(list(intake["rules"] or []), document,
                                 default_max_attempts=core.settings.default_max_attempts)
@@ -328,7 +328,7 @@ def _short(value: Any) -> str | None:
     return text
 
 
-async def deliver(core: Core, intake: dict[str, Any], document: dict) -> dict:
+async def deliver(core: Core, intake: dict[str, Any], document: dict[str, Any]) -> dict[str, Any]:
     """A verified delivery: a todo (`accepted`), the todo an earlier delivery with this id made
     (`duplicate`), or a quarantined delivery (`quarantined`) with the reason."""
     delivery = _short(document.get("delivery"))
@@ -357,14 +357,14 @@ async def deliver(core: Core, intake: dict[str, Any], document: dict) -> dict:
     return {"status": "accepted" if created else "duplicate", "todo_id": todo["id"]}
 
 
-async def _hold(core: Core, intake: dict[str, Any], document: dict, delivery: str | None, reason: str) -> int:
+async def _hold(core: Core, intake: dict[str, Any], document: dict[str, Any], delivery: str | None, reason: str) -> int:
     async with core.pool.connection() as conn, conn.transaction():
         cur = await conn.execute(Q.intakes.quarantine_insert, {
             "intake_id": intake["id"], "event": _short(document.get("event")), "delivery": delivery,
             "document": Jsonb(document), "reason": reason or "quarantined"})
-        item = (await cur.fetchone())["id"]
+        item = (await one(cur))["id"]
         await conn.execute(Q.intakes.quarantine_trim, {"intake_id": intake["id"], "keep": QUARANTINE_MAX})
-    return item
+    return cast(int, item)
 
 
 async def prune(core: Core) -> tuple[int, int]:

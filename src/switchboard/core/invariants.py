@@ -20,6 +20,11 @@ Returns a list of violations (empty when the database is consistent):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
 from .inputs import NOTES_MAX_PER_ATTEMPT
 from .states import DIED_OUTCOMES, HELD_STATES, sql_list
 from .states import Disposition as D
@@ -81,7 +86,7 @@ CHECKS = {
 }
 
 
-async def check(conn) -> list[str]:
+async def check(conn: AsyncConnection[Any]) -> list[str]:
     problems: list[str] = []
     for name, sql in CHECKS.items():
         cur = await conn.execute(sql)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class Core:
             self.bus = HookBus()
 
 
-def scope_params(caller: Caller) -> dict:
+def scope_params(caller: Caller) -> dict[str, Any]:
     if isinstance(caller, HumanCaller):
         return {"human_id": caller.human_id, "endpoint_id": None, "queues": [], "owner": caller.owner}
     return {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": list(caller.queues),

@@ -15,6 +15,11 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from psycopg import AsyncCursor
+    from psycopg.rows import DictRow
 
 _BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{\{(\w+)\}\}")
@@ -103,3 +108,11 @@ class Queries:
 
 
 Q = Queries(build())
+
+
+async def one(cur: AsyncCursor[DictRow]) -> DictRow:
+    """The row a statement always returns (INSERT … RETURNING, a count, a lock probe)."""
+    row = await cur.fetchone()
+    if row is None:
+        raise RuntimeError("a statement that always returns a row returned none")
+    return row

@@ -67,7 +67,7 @@ def _minutes(value: Any) -> str:
 
 # ----------------------------------------------------------------------------- the content
 
-def content(event: str, facts: dict[str, Any], *, base_url: str, sink_name: str) -> dict:
+def content(event: str, facts: dict[str, Any], *, base_url: str, sink_name: str) -> dict[str, Any]:
     """What any kind says: a headline, fact lines (label, value), an optional quoted summary, the
     Board link. Values are plain text, not yet escaped."""
     base = base_url.rstrip("/")
@@ -114,7 +114,7 @@ def content(event: str, facts: dict[str, Any], *, base_url: str, sink_name: str)
 
 # ------------------------------------------------------------------------------- the kinds
 
-def _slack(c: dict[str, Any]) -> dict:
+def _slack(c: dict[str, Any]) -> dict[str, Any]:
     facts = "\n".join(f"*{slack_escape(label)}:* {slack_escape(value)}" for label, value in c["lines"])
     blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": c["headline"][:150],
                                                       "emoji": False}}]
@@ -131,7 +131,7 @@ def _slack(c: dict[str, Any]) -> dict:
     return {"text": text, "blocks": blocks, "unfurl_links": False, "unfurl_media": False}
 
 
-def _discord(c: dict[str, Any]) -> dict:
+def _discord(c: dict[str, Any]) -> dict[str, Any]:
     embed: dict[str, Any] = {
         "title": discord_escape(c["headline"])[:256],
         "url": c["link"],
@@ -145,7 +145,7 @@ def _discord(c: dict[str, Any]) -> dict:
             "allowed_mentions": {"parse": []}}
 
 
-def _teams(c: dict[str, Any]) -> dict:
+def _teams(c: dict[str, Any]) -> dict[str, Any]:
     body: list[dict[str, Any]] = [{"type": "TextBlock", "text": teams_escape(c["headline"]), "weight": "Bolder",
                          "size": "Medium", "wrap": True}]
     if c["lines"]:
@@ -160,13 +160,13 @@ def _teams(c: dict[str, Any]) -> dict:
         {"contentType": "application/vnd.microsoft.card.adaptive", "contentUrl": None, "content": card}]}
 
 
-def _generic(event: str, c: dict[str, Any], facts: dict, sink_name: str) -> dict:
+def _generic(event: str, c: dict[str, Any], facts: dict[str, Any], sink_name: str) -> dict[str, Any]:
     text = "\n".join([c["headline"], *(f"{label}: {value}" for label, value in c["lines"])]
                      + ([f"Last summary: {c['summary']}"] if c["summary"] else []))
     return {"type": event, "text": text, "sink": plain(sink_name, 64), "board_url": c["link"], "data": facts}
 
 
-def render(kind: str, event: str, facts: dict[str, Any], *, base_url: str, sink_name: str) -> dict:
+def render(kind: str, event: str, facts: dict[str, Any], *, base_url: str, sink_name: str) -> dict[str, Any]:
     """The JSON body for one sink kind."""
     c = content(event, facts, base_url=base_url, sink_name=sink_name)
     if kind == "slack":

@@ -20,7 +20,7 @@ from __future__ import annotations
 import uuid
 import zoneinfo
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from psycopg.types.json import Jsonb
 
@@ -28,7 +28,7 @@ from . import shapes
 from .errors import Conflict, Invalid, NotFound
 from .hooks import check_url, control_characters, redact
 from .models import Core, HumanCaller
-from .queries import Q
+from .queries import Q, one
 from .sink_messages import EVENTS, KINDS
 
 MAX_PER_OWNER = 10
@@ -43,7 +43,7 @@ def _kind(value: Any) -> str:
     if value not in KINDS:
         shown = str(value)[:32] if value is not None else "nothing"
         raise Invalid(f"kind must be one of {', '.join(KINDS)} (got {shown!r})", argument="kind")
-    return value
+    return cast(str, value)
 
 
 def _name(value: Any, default: str) -> str:
@@ -93,7 +93,7 @@ def check_timezone(value: Any) -> str:
     return value
 
 
-def public(row: dict[str, Any]) -> dict:
+def public(row: dict[str, Any]) -> dict[str, Any]:
     """A sink as its owner sees it: the URL with its query (which may carry a token) redacted."""
     return {
         "sink_id": str(row["id"]),
@@ -140,11 +140,11 @@ async def add(core: Core, human: HumanCaller, *, kind: Any, url: Any, name: Any 
         # The owner's row lock serialises concurrent adds, so the ceiling holds under races.
         await conn.execute(Q.sinks.lock_owner, {"human_id": human.human_id})
         cur = await conn.execute(Q.sinks.count_for_owner, {"human_id": human.human_id})
-        if (await cur.fetchone())["n"] >= MAX_PER_OWNER:
+        if (await one(cur))["n"] >= MAX_PER_OWNER:
             raise Conflict(f"a human has at most {MAX_PER_OWNER} notification sinks; remove one first",
                            argument="url")
         cur = await conn.execute(Q.sinks.insert, values)
-        row = await cur.fetchone()
+        row = await one(cur)
     out = public(row)
     out["url"] = row["url"]  # the owner just typed it
     return out
@@ -229,7 +229,7 @@ async def tick(core: Core, *, now: datetime | None = None) -> dict[str, Any]:
     queued = {"queue_stuck": 0, "digest": 0}
     async with core.pool.connection() as conn, conn.transaction():
         cur = await conn.execute(Q.sweeps.try_lock, {"key": LOCK_SINK_TICK})
-        if not (await cur.fetchone())["locked"]:
+        if not (await one(cur))["locked"]:
             return queued
         cur = await conn.execute(Q.sinks.mark_stuck, {"now": now})
         queued["queue_stuck"] = len(await cur.fetchall())

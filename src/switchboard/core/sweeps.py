@@ -15,7 +15,7 @@ from typing import Any
 
 from . import endpoints, events, settings_store
 from .models import Core
-from .queries import Q
+from .queries import Q, one
 
 log = logging.getLogger("switchboard.sweeps")
 
@@ -38,12 +38,12 @@ class SweepReport:
                 "retention_deleted": self.retention_deleted, **self.extra}
 
 
-async def _locked_batch(core: Core, lock: int, sql: str, params: dict[str, Any]) -> list[dict] | None:
+async def _locked_batch(core: Core, lock: int, sql: str, params: dict[str, Any]) -> list[dict[str, Any]] | None:
     """Run one statement under an advisory transaction lock; None when another process holds it."""
     async with core.pool.connection() as conn:
         async with conn.transaction():
             cur = await conn.execute(Q.sweeps.try_lock, {"key": lock})
-            if not (await cur.fetchone())["locked"]:
+            if not (await one(cur))["locked"]:
                 return None
             cur = await conn.execute(sql, params)
             return await cur.fetchall() if cur.description else []
@@ -88,7 +88,7 @@ async def retention(core: Core) -> int:
             async with core.pool.connection() as conn:
                 async with conn.transaction():
                     cur = await conn.execute(Q.sweeps.try_lock, {"key": LOCK_RETENTION})
-                    if not (await cur.fetchone())["locked"]:
+                    if not (await one(cur))["locked"]:
                         return deleted
                     cur = await conn.execute(sql, {**params, "batch": 5000})
                     n = cur.rowcount

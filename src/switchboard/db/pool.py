@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import select
 from collections import deque
+from typing import Any
 
 import psycopg
 from psycopg import errors
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 STATEMENT_TIMEOUT_SECONDS = 10.0
@@ -86,7 +87,7 @@ def _options(uri: str, statement_timeout: float, lock_timeout: float) -> str:
     return f"{given} {ours}".strip()
 
 
-def _server_spoke(conn: psycopg.AsyncConnection) -> bool:
+def _server_spoke(conn: psycopg.AsyncConnection[Any]) -> bool:
     """True when the idle connection's socket is readable: the server sent something (a shutdown
     notice before it closed, an EOF, a notice) or the socket is gone."""
     try:
@@ -97,7 +98,7 @@ def _server_spoke(conn: psycopg.AsyncConnection) -> bool:
         return True
 
 
-async def check_idle_connection(conn: psycopg.AsyncConnection) -> None:
+async def check_idle_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     """The liveness check on every checkout, without a round trip in the common case.
 
     An idle autocommit connection has nothing to read. A terminated backend (restart, failover,
@@ -112,7 +113,7 @@ async def check_idle_connection(conn: psycopg.AsyncConnection) -> None:
         await AsyncConnectionPool.check_connection(conn)
 
 
-class HotFirstPool(AsyncConnectionPool):
+class HotFirstPool(AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]):
     """Hands out the most recently returned idle connection (LIFO) instead of the least recent.
 
     psycopg_pool queues idle connections first in, first out, so a handful of callers rotate
@@ -146,7 +147,8 @@ async def open_pool(uri: str, *, min_size: int = 2, max_size: int = 10,
                     statement_timeout: float = STATEMENT_TIMEOUT_SECONDS,
                     lock_timeout: float = LOCK_TIMEOUT_SECONDS,
                     timeout_error: type[Exception] = DatabaseTimeout,
-                    refused_error: type[Exception] | None = None) -> AsyncConnectionPool:
+                    refused_error: type[Exception] | None = None,
+                    ) -> AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]:
     """`statement_timeout`, `lock_timeout`: seconds (settings `db_statement_timeout_seconds`,
     `db_lock_timeout_seconds`); `timeout_error`: what a timed-out statement or checkout raises
     (called without arguments); `refused_error`: what a statement refused with SQLSTATE 28000
