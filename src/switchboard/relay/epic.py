@@ -282,6 +282,7 @@ def parse(data: Any, *, source_name: str = "epic") -> Epic:
         raise EpicError(source_name, ["dependency cycle: " + " -> ".join(cycle) + " (each depends on the next)"])
 
     extra = {"parallelization": par} if par is not None else {}
+    assert isinstance(epic_id, str)  # checked above: an error otherwise
     return Epic(id=epic_id, title=title or "", tasks=tasks, order=topological_order(tasks),
                 description=description, source=source, created_at=created_at, max_attempts_per_task=max_attempts,
                 queue=queue, timeout_minutes=float(timeout), lease_ttl_seconds=lease, worker=worker, gate=gate,

@@ -92,6 +92,7 @@ class Relay:
 
     async def write_ledger(self) -> None:
         await self.refresh()
+        assert self.state is not None  # refresh() loaded it
         ledger.write(self.ledger_path, ledger.document(self.epic, self.state, self.views))
 
     def command_for(self, task_id: str) -> tuple[str, ...]:
@@ -188,9 +189,9 @@ class Relay:
             finished = [t for t in done if t in running]
             for t in finished:
                 running.pop(t)
-                exc = t.exception() if not t.cancelled() else None
-                if exc is not None:
-                    raise exc
+                error = t.exception() if not t.cancelled() else None
+                if error is not None:
+                    raise error
             if finished:
                 try:
                     await self.write_ledger()

@@ -41,6 +41,7 @@ async def block(server: Server, epic: Epic, task_id: str, reason: str | None = N
     if view.status == "completed":
         raise RelayError(f"{task_id} is completed: there is nothing to block")
     if view.status == "gated":
+        assert view.gate is not None  # a gated view carries its gate
         raise RelayError(f"{task_id} is already gated ({view.gate['reason']}); `relay unblock {task_id}` lifts it")
     summary = encode_summary({"result": "failure", "gate": "user_blocked", "error_category": "user_blocked",
                               "error_summary": reason or "blocked by hand with `switchboard relay block`"},
@@ -79,6 +80,7 @@ async def unblock(server: Server, epic: Epic, task_id: str) -> dict:
     view = views[task_id]
     if view.status != "gated":
         raise RelayError(f"{task_id} is not gated (it is {view.status}): there is nothing to unblock")
+    assert view.gate is not None and view.todo is not None  # a gated view carries its gate and todo
     todo = view.todo
     unfinished = [d for d in epic.tasks[task_id].depends_on if views[d].status != "completed"]
     if todo["state"] == "canceled":

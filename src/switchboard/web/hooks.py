@@ -34,6 +34,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -104,7 +105,7 @@ class HookSender:
         self._busy: dict[Any, int] = {}
         self._global = asyncio.Semaphore(GLOBAL)
         self._client: httpx.AsyncClient | None = None
-        self._unsubscribe = None
+        self._unsubscribe: Callable[[], None] | None = None
         self._next_prune = 0.0
         self._unlisten: Any = None
 

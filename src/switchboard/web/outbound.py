@@ -74,7 +74,7 @@ async def resolve(host: str, port: int, *, allow_private: bool) -> str:
         infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), CONNECT_TIMEOUT)
     except (TimeoutError, OSError) as exc:
         raise httpx.ConnectError(f"cannot resolve host: {type(exc).__name__}") from None
-    addresses = [info[4][0] for info in infos]
+    addresses = [str(info[4][0]) for info in infos]
     if not addresses:
         raise httpx.ConnectError("host has no address")
     if not allow_private:

@@ -22,6 +22,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -81,7 +82,7 @@ class SinkSender:
         self._jobs: set[asyncio.Task] = set()
         self._busy: set[Any] = set()
         self._client: httpx.AsyncClient | None = None
-        self._unsubscribe = None
+        self._unsubscribe: Callable[[], None] | None = None
         self._next_tick = 0.0
         self._next_prune = 0.0
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from ..core import sinks as core_sinks
 from ..core.errors import Invalid
@@ -70,7 +70,7 @@ async def list_deliveries(request: Request, human: HumanCaller) -> Response:
     return JSONResponse({"deliveries": rows})
 
 
-def routes() -> list[Route]:
+def routes() -> list[BaseRoute]:
     return [
         Route("/api/v1/sinks", list_sinks, methods=["GET"]),
         Route("/api/v1/sinks", add_sink, methods=["POST"]),

@@ -30,7 +30,7 @@ def build(runtime: Runtime) -> Board:
     settings = runtime.settings
     secret = load_secret(settings.secret_key, Path(settings.data_dir))
     board = Board(settings, Sessions(secret, secure=settings.public_base_url.startswith("https://")))
-    board.hub = live.LiveHub(board)  # type: ignore[attr-defined]
+    board.hub = live.LiveHub(board)
     board.nav.append(NavLink("Notifications", "/notifications", "notifications"))
     board.nav.append(NavLink("Intake", "/intakes", "intake"))
     board.nav.append(NavLink("Account", "/account", "account"))
@@ -38,7 +38,7 @@ def build(runtime: Runtime) -> Board:
 
 
 def component(board: Board, runtime: Runtime) -> Component:
-    hub: live.LiveHub = board.hub  # type: ignore[attr-defined]
+    hub = board.hub
     unsubscribe = []
 
     async def start() -> None:

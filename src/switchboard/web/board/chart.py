@@ -77,7 +77,7 @@ def outcome_chart(q: QueueOutcomes, chart_id: str) -> Markup:
     ]
     for i, day in enumerate(days):
         x = LEFT + i * slot + (slot - bar_w) / 2
-        y = TOP + plot_h
+        y: float = TOP + plot_h
         per = q.counts.get(day, {})
         for outcome in OUTCOMES:
             n = per.get(outcome, 0)

@@ -75,8 +75,8 @@ class VendTickets:
 
 def _tickets(board: Board) -> VendTickets:
     if not hasattr(board, "vend_tickets"):
-        board.vend_tickets = VendTickets()  # type: ignore[attr-defined]
-    return board.vend_tickets  # type: ignore[attr-defined]
+        board.vend_tickets = VendTickets()
+    return board.vend_tickets
 
 
 def _values(source: Any) -> dict:

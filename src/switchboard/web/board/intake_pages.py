@@ -83,8 +83,8 @@ class RevealTickets:
 
 def _tickets(board: Board) -> RevealTickets:
     if not hasattr(board, "intake_tickets"):
-        board.intake_tickets = RevealTickets()  # type: ignore[attr-defined]
-    return board.intake_tickets  # type: ignore[attr-defined]
+        board.intake_tickets = RevealTickets()
+    return board.intake_tickets
 
 
 def _field(argument: str | None) -> str:

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -34,6 +34,12 @@ from ...config import REQUEST_BODY_MAX_BYTES, Settings
 from ...core.models import Core, HumanCaller
 from .sessions import SESSION_COOKIE, Session, Sessions
 from .throttle import LoginThrottle
+
+if TYPE_CHECKING:
+    from .endpoint_pages import VendTickets
+    from .intake_pages import RevealTickets
+    from .live import LiveHub
+    from .oidc import Oidc
 
 log = logging.getLogger("switchboard.board")
 
@@ -112,13 +118,20 @@ def make_env() -> Environment:
 
 
 class Board:
+    # Attached after construction: the live hub by build() (web/board/__init__.py); the ticket stores
+    # and the OpenID client by the pages that use them, on first use.
+    hub: LiveHub
+    intake_tickets: RevealTickets
+    vend_tickets: VendTickets
+    oidc: Oidc
+
     def __init__(self, settings: Settings, sessions: Sessions, extra_nav: list | None = None) -> None:
         self.settings = settings
         self.extra_nav = extra_nav if extra_nav is not None else []
         self.sessions = sessions
         self.throttle = LoginThrottle()
         self.env = make_env()
-        self.core: Core | None = None
+        self._core: Core | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.nav: list[NavLink] = [
             NavLink("Todos", "/todos", "todos"),
@@ -126,6 +139,17 @@ class Board:
             NavLink("Endpoints", "/endpoints", "endpoints"),
             NavLink("Queues", "/queues", "queues"),
         ]
+
+    @property
+    def core(self) -> Core:
+        """The core, from the Board's start (web/board/__init__.py) on."""
+        if self._core is None:
+            raise RuntimeError("the Board has not started")
+        return self._core
+
+    @core.setter
+    def core(self, core: Core) -> None:
+        self._core = core
 
     # -------------------------------------------------------------------------------- humans
 

@@ -96,7 +96,7 @@ class LiveHub:
 
 async def events(request: Request) -> Response:
     board = board_of(request)
-    hub: LiveHub = board.hub  # type: ignore[attr-defined]
+    hub = board.hub
     who = await board.signed_in(request)
     if who is None:
         return HTMLResponse("sign in first", status_code=401, headers=NO_STORE)

@@ -27,6 +27,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from authlib.integrations.base_client.errors import OAuthError
@@ -109,7 +110,7 @@ class Oidc:
         secret = load_secret(settings.secret_key, Path(settings.data_dir))
         self._pending = URLSafeTimedSerializer(secret, salt="switchboard-oidc-pending")
         self._metadata: dict[str, tuple[float, dict]] = {}
-        self._jwks: dict[str, tuple[float, dict]] = {}
+        self._jwks: dict[str, tuple[float, Any]] = {}  # the provider's JWKS document, as JSON
 
     @property
     def redirect_uri(self) -> str:
@@ -280,7 +281,7 @@ class Oidc:
 def oidc_of(board: Board) -> Oidc:
     found = getattr(board, "oidc", None)
     if found is None:
-        found = board.oidc = Oidc(board.settings)  # type: ignore[attr-defined]
+        found = board.oidc = Oidc(board.settings)
     return found
 
 

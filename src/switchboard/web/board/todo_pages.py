@@ -115,7 +115,7 @@ async def todos_screen(board: Board, request: Request, who) -> Response:
     more = len(rows) > PAGE_SIZE
     eps = await _endpoint_rows(board, human)
     queues = sorted({q for e in eps for q in e["queues"]})
-    context = dict(
+    context: dict[str, Any] = dict(
         title="Todos", active="todos", rows=rows[:PAGE_SIZE], counts=counts, f=f, eps=eps, queues=queues,
         error=error, states=TODO_STATES, state_labels=STATE_LABELS, panel_url=_query(f),
         newer_url=_query(f, page=f["page"] - 1) if f["page"] > 1 else None,
@@ -161,7 +161,7 @@ def _decode(field: ActionField, raw: str) -> object:
     if field.kind == "json":
         try:
             return json.loads(raw)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise Invalid(f"{field.name} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
                           argument=field.name) from None
     if field.kind == "boolean":
@@ -182,7 +182,7 @@ async def act(board: Board, request: Request, who, form) -> Response:
     error = None
     status = 200
     try:
-        fields = {f.name: _decode(f, _str(form.get(f.name))) for f in action.fields if f.name in form}
+        fields: dict[str, Any] = {f.name: _decode(f, _str(form.get(f.name))) for f in action.fields if f.name in form}
         await perform(board.core, human, action.name, todo_id, via="board",
                       **{k: v for k, v in fields.items() if v is not None})
     except CoreError as exc:
@@ -237,7 +237,7 @@ async def new_todo_submit(board: Board, request: Request, who, form) -> Response
     if values["payload"].strip():
         try:
             payload = json.loads(values["payload"])
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             errors["payload"] = f"Payload is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
     max_attempts = None
     if values["max_attempts"].strip():
