@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import Field, ValidationError, field_validator
@@ -157,10 +157,10 @@ def _complete_client(prefix: str, secret: str | None, info, *, issuer: bool) -> 
     return secret
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Read the environment; raise ConfigError naming the variable when a value is bad."""
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**overrides)
     except ValidationError as exc:
         parts = []
         for err in exc.errors():

@@ -65,19 +65,19 @@ class HumanCaller:
 Caller = EndpointCaller | HumanCaller
 
 
+def _new_bus() -> HookBus:
+    from .events import HookBus  # events imports this module
+
+    return HookBus()
+
+
 @dataclass
 class Core:
     """What every core function works with: the pool, the settings and the hook bus."""
 
     pool: AsyncConnectionPool[AsyncConnection[DictRow]]
     settings: Settings
-    bus: HookBus = field(default=None)  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        if self.bus is None:
-            from .events import HookBus
-
-            self.bus = HookBus()
+    bus: HookBus = field(default_factory=_new_bus)
 
 
 def scope_params(caller: Caller) -> dict[str, Any]:

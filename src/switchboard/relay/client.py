@@ -102,7 +102,8 @@ def connection_from(url: str | None, api_token: str | None, credential: str | No
             url = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
     if problems:
         raise RelayError("; ".join(problems), exit_code=2)
-    return Connection(mcp_url=url, base_url=base, slug=slug, api_token=api_token, credential=credential)  # type: ignore[arg-type]
+    assert url and api_token and credential  # a missing one is among the problems above
+    return Connection(mcp_url=url, base_url=base, slug=slug, api_token=api_token, credential=credential)
 
 
 def _error_body(body: Any) -> tuple[str, str, str | None]:

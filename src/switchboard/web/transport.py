@@ -50,6 +50,7 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
 
     # ------------------------------------------------------------------------------ the head
 
+    # uvicorn's protocol narrows asyncio's BaseTransport to Transport; this override keeps its signature.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_head()
