@@ -9,10 +9,9 @@ import uuid
 
 import psycopg
 
+from conftest import clean_database, core_for
 from switchboard.core import endpoints, humans, todos
 from switchboard.mcp import tools
-
-from conftest import clean_database, core_for
 
 
 async def test_a_call_whose_backend_is_terminated_answers_unavailable(pg_uri):

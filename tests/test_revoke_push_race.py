@@ -11,11 +11,10 @@ import uuid
 import pytest
 import pytest_asyncio
 
-from switchboard.core import endpoints, humans, producer, todos
-from switchboard.core.errors import Invalid
-
 from conftest import clean_database, core_for, create_database
 from core_world import check, sql
+from switchboard.core import endpoints, humans, todos
+from switchboard.core.errors import Invalid
 
 ROUNDS = 200
 
