@@ -148,7 +148,7 @@ async def page_for(browser: Browser, server: BoardServer, human=None, **context_
     page = await context.new_page()
     watch = Watch()
     watch.attach(page)
-    page.watch = watch  # type: ignore[attr-defined]
+    page.watch = watch
     try:
         if human is not None:
             await sign_in(page, human.name)

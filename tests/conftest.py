@@ -163,7 +163,7 @@ class LiveServer:
                 except subprocess.TimeoutExpired:
                     self.process.kill()
             return
-        self._server.should_exit = True  # type: ignore[attr-defined]
+        self._server.should_exit = True
         if self._thread:
             self._thread.join(15)
 

@@ -50,9 +50,9 @@ NOT_INT = ["5", 1.5, True, b"5", [5], None]
 
 async def _world(core):
     world = await make_world(core, queues=("inbox", "other"))
-    world.t = (await world.todo(payload={"p": 1}))["id"]  # type: ignore[attr-defined]
+    world.t = (await world.todo(payload={"p": 1}))["id"]
     await todos.claim(core, world.e1, world.t)
-    world.ask = (await world.todo("asks"))["id"]  # type: ignore[attr-defined]
+    world.ask = (await world.todo("asks"))["id"]
     await todos.claim(core, world.e1, world.ask)
     await todos.request_input(core, world.e1, world.ask, question="?")
     return world

@@ -18,7 +18,7 @@ from switchboard.core.errors import Conflict
 @pytest.fixture
 async def w(core):
     world = await make_world(core)
-    world.seen = []  # type: ignore[attr-defined]
+    world.seen = []
     core.bus.subscribe(world.seen.append)
     yield world
     assert await check(core) == []

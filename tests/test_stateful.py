@@ -47,7 +47,7 @@ class Env:
 
 
 class QueueMachine(RuleBasedStateMachine):
-    env: Env = None  # type: ignore[assignment]
+    env: Env = None
     todos = Bundle("todos")
 
     def __init__(self) -> None:
