@@ -601,9 +601,9 @@ NOTED_QUEUE, PLAIN_QUEUE, HEARTBEAT_QUEUE = "noted", "plain", "beats"
 # each of %(bytes)s bytes of hex (little to compress, as prose is), oldest first, at the claim time.
 FILL_NOTES = """
 UPDATE todo_attempts a
-   SET notes = (SELECT jsonb_agg(jsonb_build_object('at', a.claimed_at, 'text',
+   SET notes = (SELECT coalesce(jsonb_agg(jsonb_build_object('at', a.claimed_at, 'text',
                                                     left(repeat(md5(random()::text || g || a.todo_id), 16),
-                                                         %(bytes)s)) ORDER BY g)
+                                                         %(bytes)s)) ORDER BY g), '[]'::jsonb)
                   FROM generate_series(1, %(n)s) g)
   FROM todos t
  WHERE t.id = a.todo_id AND t.queue = %(queue)s AND a.ended_at IS NULL
@@ -644,6 +644,9 @@ async def prepare_takeovers(tenant: Tenant, per_queue: int, note_bytes: int, log
     async with core.pool.connection() as conn:
         await conn.execute(FILL_NOTES, {"queue": NOTED_QUEUE, "n": inputs.NOTES_MAX_PER_ATTEMPT,
                                         "bytes": note_bytes})
+        # The plain attempts get the same UPDATE with no note, so both queues' rows were rewritten
+        # alike and differ in their notes only.
+        await conn.execute(FILL_NOTES, {"queue": PLAIN_QUEUE, "n": 0, "bytes": note_bytes})
         await conn.execute(LAPSE_QUEUES, {"queues": [NOTED_QUEUE, PLAIN_QUEUE]})
     await tenant.analyze()
     log(f"notes: {per_queue:,} lapsed todos per queue, {inputs.NOTES_MAX_PER_ATTEMPT} notes of {note_bytes} "
