@@ -184,19 +184,40 @@ def _todo_line(t: dict) -> str:
 
 @todo_app.command("push")
 def todo_push(slug: str = typer.Argument(..., help="The endpoint whose agents will drain it."),
-              title: str = typer.Option(..., "--title"),
+              title: Optional[str] = typer.Option(None, "--title", help="Required unless --from-file is given."),
               queue: Optional[str] = typer.Option(None, "--queue", help="Required when the endpoint has several queues."),
               payload: Optional[str] = typer.Option(None, "--payload", help="JSON, @file or @- for stdin."),
               key: Optional[str] = typer.Option(None, "--key", help="Idempotency key: a live duplicate is returned."),
               max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help="1-100 (default 5)."),
               assignee: Optional[str] = typer.Option(None, "--assignee", help="Only this owner may claim it."),
               kind: Optional[str] = typer.Option(None, "--kind", help="A label for the kind of work (free text, shown to agents and on the Board)."),
+              from_file: Optional[str] = typer.Option(None, "--from-file", help="Many todos: a JSON Lines file (- for stdin), one object a line with the fields above; all lines are checked before any is pushed, in batches of 1,000."),
               user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
-    """Put a todo on an endpoint's queue."""
+    """Put a todo on an endpoint's queue (or many, with --from-file)."""
+    if from_file is not None:
+        _push_file(slug, from_file, user, as_json, title=title, queue=queue, payload=payload, key=key,
+                   max_attempts=max_attempts, assignee=assignee, kind=kind)
+        return
+    if title is None:
+        fail_usage("--title is required (or --from-file)", argument="title")
     body = read_json_arg(payload, "payload")
     out = backend(user).todo_push(slug, title=title, queue=queue, payload=body, kind=kind, key=key,
                                   max_attempts=max_attempts, assignee=assignee)
     emit(out, as_json, lambda o: typer.echo(("created " if o["created"] else "exists  ") + _todo_line(o["todo"])))
+
+
+def _push_file(slug: str, path: str, user: Optional[str], as_json: bool, **single: object) -> None:
+    from . import push_file
+
+    given = sorted(k for k, v in single.items() if v is not None)
+    if given:
+        fail_usage(f"--from-file takes the todos' fields from the file, not --{given[0].replace('_', '-')}",
+                   argument=given[0])
+    lines = push_file.read_lines(path)
+    be = backend(user)
+    push_file.check(lines, be.endpoint_show(slug)["endpoint"]["queues"])
+    out = push_file.merge(be.todo_push_many(slug, push_file.batches([v for _, v in lines])))
+    emit(out, as_json, lambda o: typer.echo(f"{o['created']} created, {o['existing']} existing"))
 
 
 @todo_app.command("list")

@@ -102,6 +102,16 @@ class Local:
         todo, created = run(work)
         return {"todo": todo, "created": created}
 
+    def todo_push_many(self, slug: str, batches: list[list[dict]]) -> list[dict]:
+        """One statement per batch, in one process run; each answer is a batch's `todos:batch` reply."""
+        from ..core import producer
+
+        async def work(core):
+            h = await human(core, self.user)
+            return [producer.batch_reply(await producer.push_many(core, h, slug, batch)) for batch in batches]
+
+        return run(work)
+
     def todo_list(self, slug: str | None, *, state: str | None, queue: str | None, dead_letter: bool,
                   limit: int | None) -> dict:
         from ..core import todos
@@ -257,6 +267,9 @@ class Remote:
     # todos
     def todo_push(self, slug: str, **fields: Any) -> dict:
         return self.api.post(f"/endpoints/{remote.seg(slug)}/todos", _given(**fields))
+
+    def todo_push_many(self, slug: str, batches: list[list[dict]]) -> list[dict]:
+        return [self.api.post(f"/endpoints/{remote.seg(slug)}/todos:batch", {"todos": batch}) for batch in batches]
 
     def todo_list(self, slug: str | None, *, state: str | None, queue: str | None, dead_letter: bool,
                   limit: int | None) -> dict:

@@ -42,6 +42,7 @@ ATTEMPTS_LIMIT_DEFAULT = 20     # attempts in an endpoint's get_todo
 ATTEMPTS_LIMIT_MAX = 50
 BATCH_CLAIM_MAX = 100           # claim_next's max_todos: 1 to this; other values are refused
 BATCH_CLOSE_MAX = 100           # items of one complete / fail call: 1 to this; more are refused
+PUSH_BATCH_MAX = 1000           # todos of one bulk push: 1 to this; more are refused
 
 # A JSON value as the core stores it (payload, result, input).
 JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"

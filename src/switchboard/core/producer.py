@@ -3,11 +3,14 @@ active, and the queue one of its granted queues."""
 
 from __future__ import annotations
 
-from . import inputs, todos
+import psycopg
+
+from . import events, inputs, shapes, todos
 from .endpoints import get_for_human
-from .errors import Invalid
+from .errors import Conflict, Invalid, NotFound
 from .inputs import JsonValue
 from .models import Core, HumanCaller
+from .queries import Q
 
 
 async def push(core: Core, human: HumanCaller, slug: str, *, title: str, queue: str | None = None,
@@ -17,14 +20,156 @@ async def push(core: Core, human: HumanCaller, slug: str, *, title: str, queue: 
     endpoint = await get_for_human(core, human, slug)
     if endpoint["state"] != "active":
         raise Invalid("endpoint is revoked", argument="endpoint")
-    queues = list(endpoint["scope_queues"])
+    queue = _endpoint_queue(queue, list(endpoint["scope_queues"]))
+    return await todos.create(core, endpoint_id=endpoint["id"], queue=queue, title=title, payload=payload,
+                              kind=kind, source=source, key=key, max_attempts=max_attempts, assignee=assignee)
+
+
+# -------------------------------------------------------------------------------------- bulk push
+
+PUSH_FIELDS = frozenset({"title", "queue", "payload", "kind", "key", "max_attempts", "assignee"})
+
+
+def _endpoint_queue(queue: object, queues: list[str]) -> str:
     if queue is None or queue == "":
         if len(queues) != 1:
             raise Invalid(f"queue is required: this endpoint has queues {', '.join(queues)}", argument="queue")
-        queue = queues[0]
+        return queues[0]
     queue = inputs.queue(queue)
     if queue not in queues:
         raise Invalid(f"queue {queue} is not one of this endpoint's queues ({', '.join(queues)})",
                       argument="queue")
-    return await todos.create(core, endpoint_id=endpoint["id"], queue=queue, title=title, payload=payload,
-                              kind=kind, source=source, key=key, max_attempts=max_attempts, assignee=assignee)
+    return queue
+
+
+def _item(raw: object, queues: list[str], default_max_attempts: int) -> dict:
+    """One item of a bulk push, checked by the rules of a single push (errors name the bare field)."""
+    if not isinstance(raw, dict):
+        raise Invalid("must be an object", argument="")
+    unknown = sorted(str(k) for k in raw if k not in PUSH_FIELDS)
+    if unknown:
+        name = "".join(ch if ch.isprintable() else "?" for ch in unknown[0][:64])
+        raise Invalid(f"unknown field {name}", argument=name)
+    payload = raw.get("payload")
+    return {
+        "queue": _endpoint_queue(raw.get("queue"), queues),
+        "title": inputs.text(raw.get("title"), "title", max_chars=inputs.TITLE_MAX_CHARS, required=True),
+        "payload": inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES),
+        "kind": inputs.text(raw.get("kind"), "kind", max_chars=inputs.KIND_MAX_CHARS),
+        "key": inputs.text(raw.get("key"), "key", max_chars=inputs.KEY_MAX_CHARS),
+        "assignee": inputs.text(raw.get("assignee"), "assignee", max_chars=inputs.ASSIGNEE_MAX_CHARS),
+        "max_attempts": inputs.max_attempts(raw.get("max_attempts"), default_max_attempts),
+    }
+
+
+def check_items(items: list | tuple, queues: list[str], default_max_attempts: int) -> list[dict]:
+    """Every item checked by the rules of a single push, in order, before anything is written; the
+    first bad one is `invalid` naming `todos[i].field` (i from 0). The CLI checks a whole file with
+    it before its first batch."""
+    out = []
+    for i, raw in enumerate(items):
+        try:
+            out.append(_item(raw, queues, default_max_attempts))
+        except Invalid as exc:
+            where = f"todos[{i}]" + (f".{exc.argument}" if exc.argument else "")
+            bare = f"{exc.argument} " if exc.argument else ""
+            message = (where + " " + exc.message[len(bare):] if bare and exc.message.startswith(bare)
+                       else f"{where}: {exc.message}" if bare else f"{where} {exc.message}")
+            raise Invalid(message, argument=where) from None
+    return out
+
+
+def check_batch(core: Core, items: object, queues: list[str]) -> list[dict]:
+    if not isinstance(items, (list, tuple)) or not 1 <= len(items) <= inputs.PUSH_BATCH_MAX:
+        raise Invalid(f"todos must be a list of 1 to {inputs.PUSH_BATCH_MAX} objects", argument="todos")
+    return check_items(items, queues, core.settings.default_max_attempts)
+
+
+async def push_many(core: Core, human: HumanCaller, slug: str, items: object, *,
+                    source: str = "operator") -> list[tuple[dict, bool]]:
+    """Push up to `inputs.PUSH_BATCH_MAX` todos on one endpoint in one INSERT statement.
+
+    All or nothing for validation: a bad item is `invalid` naming `todos[i].field` and nothing is
+    written. Each item's idempotency key is honoured as by `push`: a live todo holding it is answered
+    with created=False. An item repeating the key of an earlier item of the same call is answered with
+    that earlier item's todo, created=False. Answers come in input order: (compact todo, created).
+    The events of the created todos are published after commit; in PostgreSQL the batch sends one
+    wake-up per queue (migration 0014) and one hook outbox row per todo and subscribed event.
+    """
+    endpoint = await get_for_human(core, human, slug)
+    if endpoint["state"] != "active":
+        raise Invalid("endpoint is revoked", argument="endpoint")
+    checked = check_batch(core, items, list(endpoint["scope_queues"]))
+
+    # A key repeated within the call: only its first item is inserted; the others answer with it.
+    first_of_key: dict[str, int] = {}
+    same_as: dict[int, int] = {}
+    send: list[int] = []
+    for i, item in enumerate(checked):
+        key = item["key"]
+        if key is not None and key in first_of_key:
+            same_as[i] = first_of_key[key]
+            continue
+        if key is not None:
+            first_of_key[key] = i
+        send.append(i)
+
+    answers: dict[int, tuple[dict, bool]] = {}
+    created_rows: list[dict] = []
+    for round_ in range(2):
+        rows = await _create_batch(core, endpoint["id"], source, [(i, checked[i]) for i in send])
+        for i, row in rows:
+            answers[i] = (row, row["batch_created"])
+            if row["batch_created"]:
+                created_rows.append(row)
+        send = [i for i in send if i not in answers]
+        if not send:
+            break
+    if send:  # a duplicate kept finishing between our statements
+        if created_rows:
+            await core.bus.publish(*(events.build("create", r, ready="created", source=source) for r in created_rows))
+        raise Conflict("a todo with one of these keys is changing state; try again", op="create")
+
+    await core.bus.publish(*(events.build("create", r, ready="created", source=source) for r in created_rows))
+    out: list[tuple[dict, bool]] = []
+    for i in range(len(checked)):
+        if i in same_as:
+            out.append((shapes.compact(answers[same_as[i]][0]), False))
+        else:
+            row, created = answers[i]
+            out.append((shapes.compact(row), created))
+    return out
+
+
+def batch_reply(results: list[tuple[dict, bool]]) -> dict:
+    """The answer of a bulk push, as the human API sends it and `todo push --from-file --json` prints it."""
+    created = sum(1 for _, c in results if c)
+    return {"results": [{"todo": t, "created": c} for t, c in results], "created": created,
+            "existing": len(results) - created}
+
+
+async def _create_batch(core: Core, endpoint_id, source: str,
+                        items: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+    """Run `producer.create_batch` for `items` ((input index, checked item)); answers (index, row)
+    for the items inserted or found as live duplicates."""
+    params = {
+        "endpoint_id": endpoint_id, "source": source,
+        "ids": [todos.new_todo_id() for _ in items],
+        "queues": [it["queue"] for _, it in items],
+        "kinds": [it["kind"] for _, it in items],
+        "titles": [it["title"] for _, it in items],
+        "payloads": [it["payload"] for _, it in items],
+        "keys": [it["key"] for _, it in items],
+        "assignees": [it["assignee"] for _, it in items],
+        "max_attempts": [it["max_attempts"] for _, it in items],
+    }
+    conn = await core.pool.getconn()
+    try:
+        try:
+            cur = await conn.execute(Q.producer.create_batch, params)
+        except psycopg.errors.ForeignKeyViolation:
+            raise NotFound("endpoint not found", argument="endpoint_id", op="create") from None
+        rows = await cur.fetchall()
+    finally:
+        await core.pool.putconn(conn)
+    return [(items[row["batch_ord"] - 1][0], row) for row in rows]

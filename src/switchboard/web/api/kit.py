@@ -141,6 +141,13 @@ def invalid_from(exc: ValidationError, where: str = "body") -> Invalid:
             return Invalid("bad query parameters", argument="query")
         return Invalid("the body must be a JSON object", argument="body")
     name = _printable(loc[0])
+    path = err.get("loc", ())
+    # Inside a list of objects (todos[3].title, or todos[3] when it is not an object); a bad item of
+    # a list of strings keeps naming the list.
+    if any(isinstance(p, int) for p in path[:-1]) or (path and isinstance(path[-1], int)
+                                                       and kind in ("model_type", "model_attributes_type")):
+        name = "".join(f"[{p}]" if isinstance(p, int) else (f".{_printable(p)}" if n else _printable(p))
+                       for n, p in enumerate(path))
     if kind == "extra_forbidden":
         return Invalid(f"unknown {'parameter' if where == 'query' else 'field'} {name}", argument=name)
     if kind == "missing":

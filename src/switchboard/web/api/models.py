@@ -133,6 +133,24 @@ class PushRequest(Request):
                                     description="Only this owner may claim it.")
 
 
+class PushManyRequest(Request):
+    todos: list[PushRequest] = Field(min_length=1, max_length=inputs.PUSH_BATCH_MAX,
+                                     description=f"1 to {inputs.PUSH_BATCH_MAX} todos, each with the fields of "
+                                                 "a single push; all are checked before any is pushed.")
+
+
+class PushResult(Reply):
+    todo: Todo
+    created: bool = Field(description="false: a live todo already had this key (or an earlier item of "
+                                      "this request did), and it is returned.")
+
+
+class PushManyReply(Reply):
+    results: list[PushResult] = Field(description="One per pushed item, in the request's order.")
+    created: int = Field(description="How many todos this request created.")
+    existing: int = Field(description="How many items were answered with an existing todo.")
+
+
 class TodoListQuery(Query):
     state: Optional[TodoState] = None
     queue: Optional[str] = None

@@ -153,6 +153,15 @@ async def push_todo(call: Call) -> Response:
     return json_reply({"todo": todo, "created": created}, 201 if created else 200)
 
 
+async def push_todos(call: Call) -> Response:
+    body = call.body
+    assert isinstance(body, m.PushManyRequest)
+    items = [item.model_dump(exclude_unset=True) for item in body.todos]
+    results = await producer.push_many(call.core, call.human, call.path("slug"), items, source="api")
+    reply = producer.batch_reply(results)
+    return json_reply(reply, 201 if reply["created"] else 200)
+
+
 async def _list(call: Call, slug: str | None) -> Response:
     q = call.query
     assert q is not None
@@ -304,6 +313,13 @@ OPERATIONS: list[Operation] = [
                                             "sent they must be equal)."),),
               description="201 with `created: true`; 200 with `created: false` when a live todo already "
                           "has this key."),
+    Operation("POST", "/api/v1/endpoints/{slug}/todos:batch", "todo_push_batch", "todos", "Push many todos",
+              push_todos, m.PushManyReply, status=201, also=(200,), body=m.PushManyRequest,
+              description=f"Up to {inputs.PUSH_BATCH_MAX} todos in one statement, answered in order, each "
+                          "`created` or the live todo already holding its key (an item repeating an earlier "
+                          "item's key gets that item's todo). A bad item is `invalid` naming "
+                          "`todos[i].field` and nothing is pushed. 201 when any todo was created, else 200. "
+                          "The body cap (1 MiB) applies: past it the answer is 413 `too_large`."),
     Operation("GET", "/api/v1/endpoints/{slug}/todos", "endpoint_todo_list", "todos", "List an endpoint's todos",
               list_endpoint_todos, m.TodoList, query=m.TodoListQuery,
               description="Newest first, paged by `offset` (`next_offset` in the answer)."),

@@ -1,0 +1,359 @@
+"""Bulk push (issue 17, part 3): up to 1,000 todos in one statement, idempotency keys honoured per
+todo, validation all or nothing naming `todos[i].field`, one wake-up per queue, hook outbox rows and
+metrics per todo; the human API's `todos:batch` and `switchboard todo push --from-file`, locally and
+against a server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from mcp_support import vend
+
+from switchboard.core import hooks, producer
+from switchboard.core.errors import Invalid, NotFound
+from switchboard.db.listen import READY_CHANNEL
+
+TABLES = ("todos", "todo_attempts", "hook_outbox", "metric_spool")
+
+
+async def sql(core, query: str, params=None) -> list[dict]:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(query, params)
+        return await cur.fetchall() if cur.description else []
+
+
+async def fingerprint(core) -> list:
+    parts = " UNION ALL ".join(
+        f"SELECT '{t}' AS t, count(*) AS n, md5(coalesce(string_agg(to_jsonb(x)::text, ',' "
+        f"ORDER BY to_jsonb(x)::text), '')) AS h FROM {t} x" for t in TABLES)
+    return [tuple(r.values()) for r in await sql(core, parts)]
+
+
+def items(n: int, *, queues=("build",), key: str | None = "k") -> list[dict]:
+    return [{"title": f"job {i}", "queue": queues[i % len(queues)], "payload": {"n": i},
+             **({"key": f"{key}-{i}"} if key else {})} for i in range(n)]
+
+
+# ------------------------------------------------------------------------------------------- core
+
+async def test_a_thousand_todos_in_one_call_in_input_order(core):
+    agent = await vend(core, queues=["build", "deploy"])
+    batch = items(1000, queues=("build", "deploy"))
+    results = await producer.push_many(core, agent.human, agent.slug, batch, source="api")
+    assert len(results) == 1000 and all(created for _, created in results)
+    assert [t["title"] for t, _ in results] == [b["title"] for b in batch]
+    assert [t["queue"] for t, _ in results] == [b["queue"] for b in batch]
+    assert set(results[0][0]) >= {"id", "queue", "title", "state", "attempt", "max_attempts", "payload_size"}
+    assert "payload" not in results[0][0]  # the compact shape
+    rows = await sql(core, "SELECT id, state, source, payload, idempotency_key FROM todos WHERE endpoint_id = %s",
+                     (agent.endpoint_id,))
+    assert len(rows) == 1000 and {r["state"] for r in rows} == {"pending"} and {r["source"] for r in rows} == {"api"}
+    by_id = {r["id"]: r for r in rows}
+    for (todo, _), item in zip(results, batch):
+        assert by_id[todo["id"]]["payload"] == item["payload"]
+        assert by_id[todo["id"]]["idempotency_key"] == item["key"]
+
+
+async def test_redelivering_the_same_batch_creates_nothing_new(core):
+    agent = await vend(core, queues=["build"])
+    first = await producer.push_many(core, agent.human, agent.slug, items(300))
+    before = await fingerprint(core)
+    again = await producer.push_many(core, agent.human, agent.slug, items(300))
+    assert [created for _, created in again] == [False] * 300
+    assert [t["id"] for t, _ in again] == [t["id"] for t, _ in first]
+    assert await fingerprint(core) == before
+    # A mix: half known, half new, answered in order.
+    mixed = items(300)[150:] + items(100, key="new")
+    out = await producer.push_many(core, agent.human, agent.slug, mixed)
+    assert [c for _, c in out] == [False] * 150 + [True] * 100
+    assert [t["id"] for t, _ in out[:150]] == [t["id"] for t, _ in first[150:]]
+
+
+async def test_a_finished_todo_frees_its_key_as_for_a_single_push(core):
+    agent = await vend(core, queues=["build"])
+    (old, _), = await producer.push_many(core, agent.human, agent.slug, [{"title": "a", "key": "same"}])
+    await sql(core, "UPDATE todos SET state = 'canceled' WHERE id = %s", (old["id"],))
+    (new, created), = await producer.push_many(core, agent.human, agent.slug, [{"title": "a", "key": "same"}])
+    assert created and new["id"] != old["id"]
+
+
+async def test_a_key_repeated_in_one_batch_answers_the_first_items_todo(core):
+    agent = await vend(core, queues=["build"])
+    batch = [{"title": "first", "key": "dup"}, {"title": "other"}, {"title": "second", "key": "dup"},
+             {"title": "third", "key": "dup"}]
+    out = await producer.push_many(core, agent.human, agent.slug, batch)
+    assert [c for _, c in out] == [True, True, False, False]
+    assert out[2][0]["id"] == out[3][0]["id"] == out[0][0]["id"] and out[2][0]["title"] == "first"
+    assert (await sql(core, "SELECT count(*) AS n FROM todos"))[0]["n"] == 2
+
+
+@pytest.mark.parametrize("bad, argument", [
+    ({"title": ""}, "todos[7].title"),
+    ({"title": "x" * 513}, "todos[7].title"),
+    ({"title": "t", "queue": "elsewhere"}, "todos[7].queue"),
+    ({"title": "t", "max_attempts": 0}, "todos[7].max_attempts"),
+    ({"title": "t", "max_attempts": "3"}, "todos[7].max_attempts"),
+    ({"title": "t", "payload": "x" * (256 * 1024)}, "todos[7].payload"),
+    ({"title": "t", "key": 5}, "todos[7].key"),
+    ({"title": "t", "kind": "a\x00b"}, "todos[7].kind"),
+    ({"title": "t", "colour": "red"}, "todos[7].colour"),
+    ("just a title", "todos[7]"),
+])
+async def test_a_bad_item_is_invalid_naming_index_and_field_and_nothing_is_pushed(core, bad, argument):
+    agent = await vend(core, queues=["build"])
+    await producer.push_many(core, agent.human, agent.slug, items(3, key="seen"))
+    before = await fingerprint(core)
+    batch = items(20)
+    batch[7] = bad
+    with pytest.raises(Invalid) as err:
+        await producer.push_many(core, agent.human, agent.slug, batch)
+    assert err.value.argument == argument and err.value.message.startswith(argument)
+    assert await fingerprint(core) == before
+
+
+@pytest.mark.parametrize("batch", [[], items(1001, key=None), "todos", None])
+async def test_the_batch_itself_must_be_1_to_1000_objects(core, batch):
+    agent = await vend(core, queues=["build"])
+    before = await fingerprint(core)
+    with pytest.raises(Invalid) as err:
+        await producer.push_many(core, agent.human, agent.slug, batch)
+    assert err.value.argument == "todos"
+    assert await fingerprint(core) == before
+
+
+async def test_a_foreign_endpoint_is_not_found_like_an_unknown_one(core):
+    alice = await vend(core, "alice", queues=["build"])
+    bob = await vend(core, "bob", queues=["build"])
+    before = await fingerprint(core)
+    with pytest.raises(NotFound) as foreign:
+        await producer.push_many(core, alice.human, bob.slug, items(5))
+    with pytest.raises(NotFound) as unknown:
+        await producer.push_many(core, alice.human, "nosuchslug00", items(5))
+    assert foreign.value.to_dict() == unknown.value.to_dict()
+    assert await fingerprint(core) == before
+
+
+# -------------------------------------------------------------------------------------- events
+
+async def listen(uri: str):
+    conn = await psycopg.AsyncConnection.connect(uri, autocommit=True)
+    await conn.execute(f"LISTEN {READY_CHANNEL}")
+    return conn
+
+
+async def drain(conn, quiet: float = 0.5) -> list[dict]:
+    got = []
+    gen = conn.notifies(timeout=quiet)
+    async for note in gen:
+        got.append(json.loads(note.payload))
+    return got
+
+
+async def test_a_batch_over_two_queues_sends_two_wakeups(core, pg_uri):
+    agent = await vend(core, queues=["build", "deploy"])
+    conn = await listen(pg_uri)
+    try:
+        out = await producer.push_many(core, agent.human, agent.slug, items(500, queues=("build", "deploy")))
+        notes = await drain(conn)
+    finally:
+        await conn.close()
+    assert len(notes) == 2
+    by_queue = {n["queue"]: n for n in notes}
+    assert set(by_queue) == {"build", "deploy"}
+    assert {n["count"] for n in notes} == {250}
+    assert {n["reason"] for n in notes} == {"created"}
+    assert {n["endpoint_id"] for n in notes} == {str(agent.endpoint_id)}
+    # Each names the first todo of its queue in the batch (the one the doorbell rings).
+    assert by_queue["build"]["todo_id"] == out[0][0]["id"] and by_queue["deploy"]["todo_id"] == out[1][0]["id"]
+
+
+async def test_hook_outbox_rows_per_todo_created_before_ready(core):
+    agent = await vend(core, queues=["build"])
+    hook, _ = await hooks.add(core, agent.human, agent.slug, url="http://127.0.0.1:9/h")
+    out = await producer.push_many(core, agent.human, agent.slug, items(200))
+    rows = await sql(core, "SELECT todo_id, event, body FROM hook_outbox ORDER BY id")
+    assert len(rows) == 400
+    expected = [(t["id"], ev) for t, _ in out for ev in ("todo.created", "todo.ready")]
+    assert [(r["todo_id"], r["event"]) for r in rows] == expected
+    body = rows[1]["body"]
+    assert body["type"] == "todo.ready" and body["reason"] == "created" and body["title"] == "job 0"
+    assert body["endpoint"] == agent.slug and body["queue"] == "build" and body["source"] == "operator"
+    # Redelivery adds no outbox row: nothing was created.
+    await producer.push_many(core, agent.human, agent.slug, items(200))
+    assert len(await sql(core, "SELECT 1 FROM hook_outbox")) == 400
+
+
+async def test_every_created_todo_is_published_once_after_commit(core):
+    agent = await vend(core, queues=["build"])
+    seen = []
+    core.bus.subscribe(lambda ev: seen.append(ev))
+    await producer.push_many(core, agent.human, agent.slug, items(50, key="x")[:30] + items(50, key="x")[:10])
+    assert [e.verb for e in seen] == ["create"] * 30 and len({e.todo_id for e in seen}) == 30
+    assert {e.ready for e in seen} == {"created"}
+
+
+async def test_metrics_count_every_created_todo(core):
+    from switchboard.web.metrics import Metrics
+
+    agent = await vend(core, queues=["build", "deploy"])
+    metrics = Metrics()
+    core.bus.subscribe(metrics.on_event)
+    await producer.push_many(core, agent.human, agent.slug, items(600, queues=("build", "deploy")), source="api")
+    await producer.push_many(core, agent.human, agent.slug, items(600, queues=("build", "deploy")), source="api")
+    text = metrics.render().decode()
+    counted = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+               if line.startswith("switchboard_todos_created_total{")}
+    assert sum(counted.values()) == 600
+    assert all('source="api"' in k for k in counted)
+
+
+# ---------------------------------------------------------------------------------- human API
+
+@pytest.fixture(scope="module")
+def server(pg_server):
+    from conftest import create_database, make_settings, start_thread_server
+
+    uri = create_database(pg_server)
+    srv = start_thread_server(make_settings(uri, api_rate_limit_per_minute=100_000, api_rate_limit_burst=10_000))
+    yield srv, uri
+    srv.stop()
+
+
+async def _api_world(uri: str):
+    from conftest import core_for
+
+    from switchboard.core import api_tokens
+
+    async with core_for(uri) as c:
+        alice = await vend(c, f"alice{uuid.uuid4().hex[:6]}", queues=["build", "deploy"])
+        bob = await vend(c, f"bob{uuid.uuid4().hex[:6]}", queues=["build"])
+        token, _ = await api_tokens.create(c, alice.human, scope_name="write")
+    return alice, bob, token
+
+
+async def _count(uri: str, endpoint_id) -> int:
+    async with await psycopg.AsyncConnection.connect(uri) as conn:
+        cur = await conn.execute("SELECT count(*) FROM todos WHERE endpoint_id = %s", (endpoint_id,))
+        return (await cur.fetchone())[0]
+
+
+async def test_the_batch_route_pushes_answers_in_order_and_is_idempotent(server):
+    srv, uri = server
+    alice, bob, token = await _api_world(uri)
+    http = httpx.Client(base_url=srv.url + "/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    batch = items(1000, queues=("build", "deploy"))
+    r = http.post(f"/endpoints/{alice.slug}/todos:batch", json={"todos": batch})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert (body["created"], body["existing"], len(body["results"])) == (1000, 0, 1000)
+    assert [x["todo"]["title"] for x in body["results"]] == [b["title"] for b in batch]
+    again = http.post(f"/endpoints/{alice.slug}/todos:batch", json={"todos": batch})
+    assert again.status_code == 200 and (again.json()["created"], again.json()["existing"]) == (0, 1000)
+    assert [x["todo"]["id"] for x in again.json()["results"]] == [x["todo"]["id"] for x in body["results"]]
+    assert await _count(uri, alice.endpoint_id) == 1000
+
+    # A bad item: invalid naming index and field, nothing pushed (the API's models or the core).
+    for bad, argument in (({"title": 5, "queue": "build"}, "todos[3].title"), ({"colour": "red", "title": "t"}, "todos[3].colour"),
+                          ({"title": "a\x01b", "queue": "build"}, "todos[3].title"), ({"title": "t", "queue": "nope"}, "todos[3].queue")):
+        fresh = items(5, key="fresh")
+        fresh[3] = bad
+        r = http.post(f"/endpoints/{alice.slug}/todos:batch", json={"todos": fresh})
+        assert r.status_code == 400 and r.json()["error"]["argument"] == argument, r.text
+    for todos_value in ([], items(1001, key=None)):
+        r = http.post(f"/endpoints/{alice.slug}/todos:batch", json={"todos": todos_value})
+        assert r.status_code == 400 and r.json()["error"]["argument"] == "todos", r.text
+    assert await _count(uri, alice.endpoint_id) == 1000
+
+    # Another human's endpoint answers exactly as one that does not exist.
+    foreign = http.post(f"/endpoints/{bob.slug}/todos:batch", json={"todos": items(2)})
+    unknown = http.post("/endpoints/nosuchslug00/todos:batch", json={"todos": items(2)})
+    assert foreign.status_code == unknown.status_code == 404 and foreign.content == unknown.content
+    assert await _count(uri, bob.endpoint_id) == 0
+
+    # Past the 1 MiB body cap: 413, nothing pushed.
+    big = [{"title": "t", "key": f"big-{i}", "payload": "x" * 2000} for i in range(600)]
+    r = http.post(f"/endpoints/{alice.slug}/todos:batch", json={"todos": big})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+    assert await _count(uri, alice.endpoint_id) == 1000
+    http.close()
+
+
+def test_the_batch_route_is_in_the_openapi_document(server):
+    srv, _ = server
+    doc = httpx.get(srv.url + "/api/v1/openapi.json").json()
+    op = doc["paths"]["/api/v1/endpoints/{slug}/todos:batch"]["post"]
+    assert op["operationId"] == "todo_push_batch"
+    assert {"201", "200", "400", "404", "413"} <= set(op["responses"])
+
+
+# ---------------------------------------------------------------------------------------- CLI
+
+SB = str(Path(sys.executable).parent / "switchboard")
+
+
+def _cli_env(config_home: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHBOARD_")}
+    env.update(XDG_CONFIG_HOME=str(config_home), SWITCHBOARD_LOG_FORMAT="text")
+    env.update(extra)
+    return env
+
+
+def _sb(env: dict, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([SB, *args], env=env, input=stdin, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("mode", ["local", "remote"])
+async def test_cli_push_from_file_locally_and_remotely(server, tmp_path, mode):
+    srv, uri = server
+    alice, bob, token = await _api_world(uri)
+    if mode == "local":
+        env = _cli_env(tmp_path, SWITCHBOARD_DATABASE_URL=uri, SWITCHBOARD_USER=alice.human.name)
+    else:  # a database nothing listens on: a command that quietly acted locally would fail
+        env = _cli_env(tmp_path, SWITCHBOARD_DATABASE_URL="postgresql://sb:sb@127.0.0.1:1/none?connect_timeout=2",
+                       SWITCHBOARD_URL=srv.url, SWITCHBOARD_TOKEN=token)
+    batch = items(2500, queues=("build", "deploy"))
+    path = tmp_path / "todos.jsonl"
+    path.write_text("\n".join(json.dumps(b) for b in batch[:1200]) + "\n\n"
+                    + "\n".join(json.dumps(b) for b in batch[1200:]) + "\n", encoding="utf-8")
+
+    done = _sb(env, "todo", "push", alice.slug, "--from-file", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert (out["created"], out["existing"], len(out["results"])) == (2500, 0, 2500)
+    assert [r["todo"]["title"] for r in out["results"]] == [b["title"] for b in batch]
+    assert await _count(uri, alice.endpoint_id) == 2500
+
+    # Redelivery of the same file (from stdin) creates nothing new.
+    again = _sb(env, "todo", "push", alice.slug, "--from-file", "-", "--json", stdin=path.read_text())
+    assert again.returncode == 0, again.stderr
+    assert (json.loads(again.stdout)["created"], json.loads(again.stdout)["existing"]) == (0, 2500)
+    text = _sb(env, "todo", "push", alice.slug, "--from-file", str(path))
+    assert text.returncode == 0 and text.stdout.strip() == "0 created, 2500 existing"
+
+    # A bad line (the 1,502nd line of the file: past the first batch) names its line and field; nothing pushed.
+    lines = [json.dumps(b) for b in items(1600, key="more")]
+    lines[1501] = json.dumps({"title": "t", "queue": "build", "max_attempts": 0})
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bad = _sb(env, "todo", "push", alice.slug, "--from-file", str(path))
+    assert bad.returncode == 1 and "line 1502: max_attempts must be" in bad.stderr, bad.stderr
+    lines[1501] = "{not json"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bad = _sb(env, "todo", "push", alice.slug, "--from-file", str(path), "--json")
+    assert bad.returncode == 1 and json.loads(bad.stdout)["error"]["argument"] == "line 1502"
+    assert await _count(uri, alice.endpoint_id) == 2500
+
+    # Another human's endpoint: not_found, as for one that does not exist.
+    path.write_text(json.dumps({"title": "t"}) + "\n", encoding="utf-8")
+    foreign = _sb(env, "todo", "push", bob.slug, "--from-file", str(path), "--json")
+    unknown = _sb(env, "todo", "push", "nosuchslug00", "--from-file", str(path), "--json")
+    assert foreign.returncode == unknown.returncode == 1 and foreign.stdout == unknown.stdout
+    assert json.loads(foreign.stdout)["error"]["code"] == "not_found"
+    assert await _count(uri, bob.endpoint_id) == 0
