@@ -57,7 +57,8 @@ async def test_missing_unknown_revoked_and_expired_credentials_get_the_same_401(
     for name, raw in cases.items():
         r = raw.initialize()
         assert r.status_code == 401, name
-        assert r.headers["www-authenticate"] == 'Bearer realm="switchboard"', name
+        metadata = raw.url.replace("/mcp/", "/.well-known/oauth-protected-resource/mcp/")  # RFC 9728
+        assert r.headers["www-authenticate"] == f'Bearer realm="switchboard", resource_metadata="{metadata}"', name
         assert r.content == UNAUTHORIZED, name
     # A session opened before the revocation stops working too: its next call is told why, as the
     # `unauthorized` tool error (docs/mcp.md, transport rules).

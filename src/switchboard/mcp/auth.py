@@ -16,7 +16,9 @@ endpoint's own expiry. Correctness does not rest on the cache:
 An open session of a revoked endpoint is listed in `refused_sessions`: its next POST, sent with the
 credential that opened it, is let through to the surface, which answers a tool call with the
 `unauthorized` tool error (other requests with a JSON-RPC error) instead of a bare 401, then ends the
-session. Unknown credentials are never remembered. Entries are keyed by the credential's SHA-256,
+session. An OAuth access token (`sbo_`, core/oauth.py) is a second kind
+resolving to the same endpoint caller, remembered no longer than its own expiry; revoking it
+announces its endpoint on the same channel. Unknown credentials are never remembered. Entries are keyed by the credential's SHA-256,
 not by the credential itself.
 """
 
@@ -24,13 +26,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Callable
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 
-from ..core import endpoints
+from ..core import endpoints, oauth
 from ..core.events import Event
 from ..core.models import Core, EndpointCaller
 from ..core.secrets import display_prefix, sha256
@@ -57,6 +58,14 @@ def _principal(row: dict, credential: str) -> Principal:
     return Principal(caller=caller, user=AuthenticatedUser(token), slug=row["slug"], agent=row["agent_name"])
 
 
+async def _lookup(core: Core, credential: str) -> dict | None:
+    """The live endpoint row of either credential kind: the static `sbk_` bearer, or an OAuth access
+    token (`sbo_`, core/oauth.py) bound to the endpoint, which carries its own expiry."""
+    if credential.startswith(oauth.ACCESS_PREFIX):
+        return await oauth.resolve_access(core, credential)
+    return await endpoints.resolve_credential(core, credential)
+
+
 class CredentialCache:
     def __init__(self, ttl_seconds: float) -> None:
         self.ttl = ttl_seconds
@@ -69,14 +78,14 @@ class CredentialCache:
         """The endpoint of a live credential. `session_id`: the session a POST names; when the
         credential is no longer live but opened that session, which is being ended for it, a
         `refused` principal comes back so the session can be told why."""
-        if not credential.startswith("sbk_") or len(credential) > 128:
+        if not credential.startswith(("sbk_", oauth.ACCESS_PREFIX)) or len(credential) > 128:
             return None
         key = sha256(credential)
         now = time.monotonic()
         hit = self._entries.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
-        row = await endpoints.resolve_credential(core, credential)
+        row = await _lookup(core, credential)
         if row is None:
             self._entries.pop(key, None)
             owner = None
@@ -95,9 +104,9 @@ class CredentialCache:
         principal = _principal(row, credential)
         if self.ttl > 0:
             until = now + self.ttl
-            expires: datetime | None = row.get("expires_at")
-            if expires is not None:
-                until = min(until, now + (expires.timestamp() - time.time()))
+            for expires in (row.get("expires_at"), row.get("oauth_expires_at")):
+                if expires is not None:
+                    until = min(until, now + (expires.timestamp() - time.time()))
             if len(self._entries) >= MAX_ENTRIES:
                 self._entries.clear()
             self._entries[key] = (until, principal)

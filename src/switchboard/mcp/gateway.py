@@ -90,6 +90,7 @@ class Gateway:
         self.credentials = credentials
         self.hostnames = allowed_hostnames(settings)
         self.limiter = RateLimiter(settings.rate_limit_rps, settings.rate_limit_burst)
+        self.base_url = settings.public_base_url  # the 401 names the endpoint's OAuth metadata (RFC 9728)
         manager = getattr(app, "session_manager", None)  # the SDK's StreamableHTTPASGIApp
         self.sessions_cap = (SessionCap(manager, settings.mcp_max_sessions_per_endpoint)
                              if manager is not None else None)
@@ -130,6 +131,13 @@ class Gateway:
                 extra["reason"] = "client_disconnect"
             log.info("tool call" if facts else "mcp request", extra=extra)
 
+    def challenge(self, slug: str) -> bytes:
+        """`WWW-Authenticate` of a 401: where an OAuth-only host finds how to authorize (docs/mcp.md)."""
+        if not slug.isalnum() or not slug.isascii() or len(slug) > 64:
+            return b'Bearer realm="switchboard"'
+        metadata = f"{self.base_url}/.well-known/oauth-protected-resource/mcp/{slug}"
+        return f'Bearer realm="switchboard", resource_metadata="{metadata}"'.encode()
+
     async def _serve(self, scope: Scope, receive: Receive, send: Send, slug: str) -> None:
         length = host = origin = authorization = session_id = version = None
         for name, value in scope["headers"]:
@@ -164,7 +172,7 @@ class Gateway:
                 await _respond(send, 503, _body(exc.code, exc.message), ((b"retry-after", b"1"),))
                 return
         if principal is None:
-            await _respond(send, 401, UNAUTHORIZED, ((b"www-authenticate", b'Bearer realm="switchboard"'),))
+            await _respond(send, 401, UNAUTHORIZED, ((b"www-authenticate", self.challenge(slug)),))
             return
         if principal.slug != slug:
             await _respond(send, 403, FORBIDDEN_SLUG)

@@ -40,6 +40,7 @@ from . import hosts as web_hosts
 from . import intake_api as web_intake_api
 from . import intake_hook as web_intake_hook
 from . import metrics as web_metrics
+from . import oauth as web_oauth
 from . import security as web_security
 from . import sinks as web_sinks
 from . import sinks_api as web_sinks_api
@@ -100,6 +101,7 @@ def compose(runtime: Runtime) -> tuple[Surfaces, list[Component]]:
         mcp_doorbell.component(doorbell),
         web_api.component(),
         web_intake_hook.component(intake), web_intake_api.component(),  # POST /webhooks/w/…, /api/v1/intakes
+        web_oauth.component(runtime),  # OAuth for MCP hosts: metadata, authorization server, consent
         web_board.component(board, runtime),
         web_security.component(),  # its wrap adds the security headers to every response
         web_hosts.component(runtime.settings),  # last: outermost, the Host allow-list before any routing
