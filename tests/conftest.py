@@ -25,6 +25,9 @@ from switchboard.config import Settings, load_settings
 from switchboard.db import migrate
 from switchboard.runtime import open_runtime
 
+# The Board's fixtures (`board_server`, `browser`) for every test that asks for them by name.
+pytest_plugins = ["board_kit"]
+
 ROOT = Path(__file__).resolve().parent.parent
 KEEP_TABLES = {"schema_migrations", "settings"}
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from account_kit import csrf_of, post_with_session, sign_in, signed_in_status
-from board_kit import PASSWORD, axe_violations, board_server, browser, page_for, screenshot  # noqa: F401
+from board_kit import PASSWORD, axe_violations, page_for, screenshot
 from board_kit import sign_in as browser_sign_in
 from conftest import create_database, make_settings, start_process_server, start_thread_server
 from switchboard.core import humans
@@ -121,7 +121,7 @@ def test_user_disable_and_enable(shared_db):
 
 # ------------------------------------------------------------------------------ the account page
 
-async def test_account_page_changes_the_password_and_revokes_tokens(board_server, browser):  # noqa: F811
+async def test_account_page_changes_the_password_and_revokes_tokens(board_server, browser):
     human = await board_server.human("acct")
     stranger = await board_server.human("stranger")
     kept, _ = await board_server.run(humans.create_token, human)
@@ -208,7 +208,7 @@ async def _token_id(server, human, token: str) -> str:
     return next(r["id"] for r in rows if r["prefix"] == display_prefix(token))
 
 
-async def test_account_page_is_signed_in_only(board_server):  # noqa: F811
+async def test_account_page_is_signed_in_only(board_server):
     async with httpx.AsyncClient(base_url=board_server.url) as client:
         r = await client.get("/account")
         assert r.status_code == 303 and r.headers["location"] == "/login?next=%2Faccount"

@@ -183,12 +183,12 @@ async def test_wire_a_reaped_attempts_note_in_prior_attempts(core, server):
 
 # ---------------------------------------------------------------------------------------- the Board
 
-from board_kit import axe_violations, board_server, browser, open_drawer, page_for, screenshot  # noqa: E402, F401
+from board_kit import axe_violations, open_drawer, page_for, screenshot  # noqa: E402  (the Board half of the file)
 
 SCRIPT = "<script>alert(1)</script>"
 
 
-async def test_the_drawer_shows_notes_escaped(board_server, browser):  # noqa: F811
+async def test_the_drawer_shows_notes_escaped(board_server, browser):
     """The drawer lists a died attempt's notes under it, oldest first; markup in a note is text."""
     human = await board_server.human("noter")
     _, agent = await board_server.endpoint(human, queues=["builds"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from board_kit import board_server, browser, open_drawer, page_for  # noqa: F401
+from board_kit import open_drawer, page_for
 from switchboard.core import todos
 
 ACTIONS = ("claim", "complete", "fail", "release", "extend", "retry", "cancel", "input")
@@ -28,7 +28,7 @@ def _ts(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-async def test_claim_extend_complete_and_fail_by_the_owner(board_server, browser):  # noqa: F811
+async def test_claim_extend_complete_and_fail_by_the_owner(board_server, browser):
     human = await board_server.human("act")
     _, agent = await board_server.endpoint(human)
     tid = await _new(board_server, agent, "Owner does it all")
@@ -71,7 +71,7 @@ async def test_claim_extend_complete_and_fail_by_the_owner(board_server, browser
         await page.watch.assert_clean(page)
 
 
-async def test_release_and_fail_of_a_fenced_agent_lease(board_server, browser):  # noqa: F811
+async def test_release_and_fail_of_a_fenced_agent_lease(board_server, browser):
     """REQ-6: the owning human is exempt from the fence and closes the attempt with the action's outcome."""
     human = await board_server.human("fence")
     _, agent = await board_server.endpoint(human)
@@ -101,7 +101,7 @@ async def test_release_and_fail_of_a_fenced_agent_lease(board_server, browser): 
         await page.watch.assert_clean(page)
 
 
-async def test_retry_now_of_a_dead_letter_continues_the_seq(board_server, browser):  # noqa: F811
+async def test_retry_now_of_a_dead_letter_continues_the_seq(board_server, browser):
     """REQ-12: Retry now keeps every attempt; the next claim has attempt 1 and the next seq."""
     human = await board_server.human("retry")
     _, agent = await board_server.endpoint(human)
@@ -131,7 +131,7 @@ async def test_retry_now_of_a_dead_letter_continues_the_seq(board_server, browse
         await page.watch.assert_clean(page)
 
 
-async def test_cancel_and_provide_input(board_server, browser):  # noqa: F811
+async def test_cancel_and_provide_input(board_server, browser):
     human = await board_server.human("input")
     _, agent = await board_server.endpoint(human)
     asking = await _new(board_server, agent, "Needs a branch")
@@ -165,7 +165,7 @@ async def test_cancel_and_provide_input(board_server, browser):  # noqa: F811
         await page.watch.assert_clean(page)
 
 
-async def test_a_conflict_is_a_message_not_an_error_page(board_server, browser):  # noqa: F811
+async def test_a_conflict_is_a_message_not_an_error_page(board_server, browser):
     human = await board_server.human("race")
     _, agent = await board_server.endpoint(human)
     tid = await _new(board_server, agent, "Raced")
@@ -196,7 +196,7 @@ async def test_a_conflict_is_a_message_not_an_error_page(board_server, browser):
     assert [a["claimant"] for a in detail["attempts"]] == ["faster-worker"]
 
 
-async def test_csrf_is_checked_before_any_store_call(board_server, browser):  # noqa: F811
+async def test_csrf_is_checked_before_any_store_call(board_server, browser):
     """Every state-changing request without the session's token is 403 and changes nothing."""
     human = await board_server.human("csrf")
     ep, agent = await board_server.endpoint(human)
@@ -237,7 +237,7 @@ async def test_csrf_is_checked_before_any_store_call(board_server, browser):  # 
     assert [(e["slug"], e["state"]) for e in eps] == [(ep["slug"], "active")]
 
 
-async def test_new_todo_form_checks_json_in_place(board_server, browser):  # noqa: F811
+async def test_new_todo_form_checks_json_in_place(board_server, browser):
     human = await board_server.human("new")
     ep, agent = await board_server.endpoint(human, queues=["inbox", "builds"])
     async with page_for(browser, board_server, human) as page:

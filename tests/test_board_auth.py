@@ -13,12 +13,10 @@ import httpx
 import pytest
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
-from board_kit import (  # noqa: F401
+from board_kit import (
     CSP,
     PASSWORD,
     axe_violations,
-    board_server,
-    browser,
     page_for,
     screenshot,
     sign_in,
@@ -54,7 +52,7 @@ async def _login_token(client: httpx.AsyncClient) -> str:
     return token
 
 
-async def test_sign_in_form_cookie_and_lifetime(board_server, browser):  # noqa: F811
+async def test_sign_in_form_cookie_and_lifetime(board_server, browser):
     human = await board_server.human("cookie")
     async with page_for(browser, board_server) as page:
         response = await page.goto("/todos")
@@ -109,7 +107,7 @@ async def test_sign_in_form_cookie_and_lifetime(board_server, browser):  # noqa:
         assert bad.status_code == 303
 
 
-async def test_logout_ends_the_session(board_server, browser):  # noqa: F811
+async def test_logout_ends_the_session(board_server, browser):
     human = await board_server.human("bye")
     async with page_for(browser, board_server, human) as page:
         old = next(c["value"] for c in await page.context.cookies() if c["name"] == "sb_session")
@@ -123,7 +121,7 @@ async def test_logout_ends_the_session(board_server, browser):  # noqa: F811
         assert replay.status_code == 303 and replay.headers["location"] == "/login?next=%2Ftodos"
 
 
-async def test_anonymous_requests_go_to_sign_in_and_change_nothing(board_server):  # noqa: F811
+async def test_anonymous_requests_go_to_sign_in_and_change_nothing(board_server):
     human = await board_server.human("anon")
     _, agent = await board_server.endpoint(human)
     todo, _ = await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="inbox", title="untouched")
@@ -137,7 +135,7 @@ async def test_anonymous_requests_go_to_sign_in_and_change_nothing(board_server)
     assert (await board_server.run(todos.get, human, todo["id"]))["state"] == "pending"
 
 
-async def test_sign_in_form_is_protected_against_login_csrf(board_server):  # noqa: F811
+async def test_sign_in_form_is_protected_against_login_csrf(board_server):
     human = await board_server.human("lcsrf")
     async with httpx.AsyncClient(base_url=board_server.url) as client:
         r = await client.post("/login", data={"name": human.name, "password": PASSWORD})
@@ -149,7 +147,7 @@ async def test_sign_in_form_is_protected_against_login_csrf(board_server):  # no
         assert r.status_code == 303 and _cookie(r, "sb_session") is not None
 
 
-async def test_failed_sign_ins_are_slowed_per_account(board_server, browser):  # noqa: F811
+async def test_failed_sign_ins_are_slowed_per_account(board_server, browser):
     target = await board_server.human("target")
     bystander = await board_server.human("bystander")
     async with httpx.AsyncClient(base_url=board_server.url) as client:
@@ -178,7 +176,7 @@ async def test_failed_sign_ins_are_slowed_per_address(dev_server):
     dev_server.board.throttle = type(dev_server.board.throttle)()  # let the next test of this server in
 
 
-async def test_dev_login_exists_only_with_the_flag(board_server, dev_server, browser):  # noqa: F811
+async def test_dev_login_exists_only_with_the_flag(board_server, dev_server, browser):
     async with httpx.AsyncClient(base_url=board_server.url) as client:
         for method in ("GET", "POST"):
             r = await client.request(method, "/auth/dev-login")
@@ -202,7 +200,7 @@ async def test_dev_login_exists_only_with_the_flag(board_server, dev_server, bro
         await page.watch.assert_clean(page)
 
 
-async def test_next_accepts_only_local_paths(board_server, browser):  # noqa: F811
+async def test_next_accepts_only_local_paths(board_server, browser):
     human = await board_server.human("redir")
     hostile = ["https://evil.example/x", "//evil.example/x", "/\\evil.example", "javascript:alert(1)",
                "/\r\nLocation: https://evil.example", "http:/evil.example", " //evil.example", "///evil.example",
@@ -222,7 +220,7 @@ async def test_next_accepts_only_local_paths(board_server, browser):  # noqa: F8
         await page.watch.assert_clean(page)
 
 
-async def test_security_headers_on_every_route(board_server, browser):  # noqa: F811
+async def test_security_headers_on_every_route(board_server, browser):
     human = await board_server.human("hdr")
     ep, agent = await board_server.endpoint(human)
     todo, _ = await board_server.run(todos.create, endpoint_id=agent.endpoint_id, queue="inbox", title="h")
@@ -264,7 +262,7 @@ async def test_security_headers_on_every_route(board_server, browser):  # noqa: 
             assert r.headers["content-security-policy"] == CSP and r.headers["x-frame-options"] == "DENY"
 
 
-async def test_live_stream_headers_and_first_frame(board_server, browser):  # noqa: F811
+async def test_live_stream_headers_and_first_frame(board_server, browser):
     human = await board_server.human("sse")
     async with page_for(browser, board_server, human) as page:
         value = next(c["value"] for c in await page.context.cookies() if c["name"] == "sb_session")

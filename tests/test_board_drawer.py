@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from board_kit import axe_violations, board_server, browser, open_drawer, page_for, screenshot  # noqa: F401
+from board_kit import axe_violations, open_drawer, page_for, screenshot
 from switchboard.core import sweeps, todos
 
 SCRIPT = "<script>alert(1)</script>"
@@ -33,7 +33,7 @@ async def _death_story(server, human):
     return tid, a2["last_heartbeat_at"], agent
 
 
-async def test_drawer_shows_a_death_and_summary_markup_is_inert(board_server, browser):  # noqa: F811
+async def test_drawer_shows_a_death_and_summary_markup_is_inert(board_server, browser):
     """REQ-13 "drawer shows a death" and "summary markup is inert"."""
     human = await board_server.human("owner")
     tid, heartbeat, _ = await _death_story(board_server, human)
@@ -100,7 +100,7 @@ async def _csrf(page) -> str:
     return await page.locator("form.sb-logout input[name=csrf_token]").get_attribute("value")
 
 
-async def test_second_human_gets_the_same_404_as_a_random_id(board_server, browser):  # noqa: F811
+async def test_second_human_gets_the_same_404_as_a_random_id(board_server, browser):
     """REQ-10 "second human on the Board": drawer URL, fragment, live part and actions of another
     human's todo answer exactly like an id never minted, with no attempt data."""
     h1 = await board_server.human("first")
@@ -158,7 +158,7 @@ async def test_second_human_gets_the_same_404_as_a_random_id(board_server, brows
     assert after["state"] == "pending" and [a["seq"] for a in after["attempts"]] == [2, 1]
 
 
-async def test_live_update_appends_an_attempt_to_an_open_drawer(board_server, browser):  # noqa: F811
+async def test_live_update_appends_an_attempt_to_an_open_drawer(board_server, browser):
     """REQ-13 accessibility: a live update appends an attempt to an open drawer, inside the polite
     region, without moving focus; the todos list follows without a reload."""
     human = await board_server.human("live")
@@ -220,7 +220,7 @@ async def _keyboard_open(page, tid: str) -> None:
     await page.wait_for_selector(f"dialog[data-sb-drawer][data-sb-todo='{tid}'][open]")
 
 
-async def test_keyboard_reaches_every_action_and_artifact_link_without_a_trap(board_server, browser):  # noqa: F811
+async def test_keyboard_reaches_every_action_and_artifact_link_without_a_trap(board_server, browser):
     """REQ-13 keyboard and focus: a keyboard-only walk reaches every action and artifact link; the
     drawer takes focus on open, Escape closes it, focus goes back to the row; no trap; axe is clean."""
     human = await board_server.human("keys")
@@ -266,7 +266,7 @@ async def test_keyboard_reaches_every_action_and_artifact_link_without_a_trap(bo
         await page.watch.assert_clean(page)
 
 
-async def test_an_owner_extension_is_shown_apart_from_the_holders_heartbeat(board_server, browser):  # noqa: F811
+async def test_an_owner_extension_is_shown_apart_from_the_holders_heartbeat(board_server, browser):
     """SPEC-0034 REQ-3: the owner extending an agent's lease leaves the agent's last heartbeat alone and
     the drawer says which it was; one claim reads "1 claim in all"."""
     human = await board_server.human("extend")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
-from board_kit import axe_violations, board_server, browser, page_for, screenshot  # noqa: F401
+from board_kit import axe_violations, page_for, screenshot
 from switchboard.core import endpoints, todos
 
 
-async def test_todos_screen_filters_pages_and_counts(board_server, browser):  # noqa: F811
+async def test_todos_screen_filters_pages_and_counts(board_server, browser):
     human = await board_server.human("list")
     ep1, a1 = await board_server.endpoint(human, queues=["inbox", "builds"], agent="builder")
     ep2, a2 = await board_server.endpoint(human, queues=["ops"], agent="operator-bot")
@@ -75,7 +75,7 @@ async def test_todos_screen_filters_pages_and_counts(board_server, browser):  # 
         await page.watch.assert_clean(page)
 
 
-async def test_vend_wizard_consent_credential_once_and_revoke(board_server, browser):  # noqa: F811
+async def test_vend_wizard_consent_credential_once_and_revoke(board_server, browser):
     human = await board_server.human("vend")
     async with page_for(browser, board_server, human, permissions=["clipboard-read", "clipboard-write"]) as page:
         await page.goto("/endpoints")
@@ -167,7 +167,7 @@ async def test_vend_wizard_consent_credential_once_and_revoke(board_server, brow
         assert await theirs.body() == await unknown.body()
 
 
-async def test_queue_charts_show_attempt_outcomes(board_server, browser):  # noqa: F811
+async def test_queue_charts_show_attempt_outcomes(board_server, browser):
     human = await board_server.human("chart")
     _, agent = await board_server.endpoint(human, queues=["builds", "docs"])
     for i in range(4):

@@ -9,7 +9,7 @@ import uuid
 
 import httpx
 
-from board_kit import axe_violations, board_server, browser, page_for, screenshot  # noqa: F401
+from board_kit import axe_violations, page_for, screenshot
 from switchboard.core import todos
 from switchboard.web import intake_hook
 
@@ -26,7 +26,7 @@ def deliver(url: str, secret: str, payload: dict, delivery: str) -> httpx.Respon
         "X-Hub-Signature-256": intake_hook.github_signature(secret, body)})
 
 
-async def test_intake_page_create_rules_quarantine_replay_and_drop(board_server, browser):  # noqa: F811
+async def test_intake_page_create_rules_quarantine_replay_and_drop(board_server, browser):
     human = await board_server.human("intake")
     await board_server.endpoint(human, queues=("triage",), agent="triager")
     async with page_for(browser, board_server, human, permissions=["clipboard-read", "clipboard-write"]) as page:

@@ -19,7 +19,7 @@ import httpx
 import oidc_provider_mock
 import pytest
 
-from board_kit import axe_violations, browser, page_for, start_board_server, stop_board_server  # noqa: F401
+from board_kit import axe_violations, page_for, start_board_server, stop_board_server
 from conftest import free_port, make_settings
 from switchboard.config import ConfigError
 from switchboard.web.board import oidc
@@ -117,7 +117,7 @@ def test_bad_provider_settings_stop_start_up_naming_the_variable(pg_uri):
 
 # ------------------------------------------------------------------------------- sign-in, browser
 
-async def test_sign_in_through_the_board_in_chromium(board_server, browser, provider):  # noqa: F811
+async def test_sign_in_through_the_board_in_chromium(board_server, browser, provider):
     sub = f"alice-{secrets.token_hex(4)}@example.com"
     put_user(provider, sub, preferred_username="alice", email=sub)
     before = len(board_server.sql("SELECT id FROM humans"))

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from account_kit import client_from, login_token, try_sign_in
-from board_kit import PASSWORD, board_server, start_board_server, stop_board_server  # noqa: F401
+from board_kit import PASSWORD
 from conftest import core_for, create_database, run_async, start_process_server
 from mcp_support import sdk, vend
 from switchboard.core import humans
@@ -30,7 +30,7 @@ def _retry_after(r: httpx.Response) -> int:
     return value
 
 
-async def test_guesses_from_one_address_do_not_lock_the_account_out_elsewhere(board_server):  # noqa: F811
+async def test_guesses_from_one_address_do_not_lock_the_account_out_elsewhere(board_server):
     victim = await board_server.human("victim")
     async with client_from(board_server.url, "127.0.0.2") as attacker:
         token = await login_token(attacker)
@@ -49,7 +49,7 @@ async def test_guesses_from_one_address_do_not_lock_the_account_out_elsewhere(bo
         assert r.status_code == 303 and r.cookies.get("sb_session"), (r.status_code, r.headers.get("retry-after"))
 
 
-async def test_a_success_takes_back_its_count(board_server):  # noqa: F811
+async def test_a_success_takes_back_its_count(board_server):
     human = await board_server.human("steady")
     async with client_from(board_server.url, "127.0.0.4") as client:
         for _ in range(PAIR_FREE_FAILURES - 1):
@@ -60,7 +60,7 @@ async def test_a_success_takes_back_its_count(board_server):  # noqa: F811
         assert (await try_sign_in(client, human.name)).status_code == 303
 
 
-async def test_a_global_ceiling_bounds_password_checks(board_server):  # noqa: F811
+async def test_a_global_ceiling_bounds_password_checks(board_server):
     """Many addresses, each under its own limits: past the ceiling the server asks everyone to wait."""
     board_server.board.throttle = LoginThrottle()
     crowd = GLOBAL_BURST * 3

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from board_kit import CSP, axe_violations, board_server, browser, page_for, screenshot  # noqa: F401
+from board_kit import CSP, axe_violations, page_for, screenshot
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def chat():
     httpd.server_close()
 
 
-async def test_the_notifications_page_adds_tests_enables_and_removes_a_sink(board_server, browser, chat):  # noqa: F811
+async def test_the_notifications_page_adds_tests_enables_and_removes_a_sink(board_server, browser, chat):
     url, got = chat
     human = await board_server.human("notify")
     async with page_for(browser, board_server, human) as page:
@@ -105,7 +105,7 @@ async def test_the_notifications_page_adds_tests_enables_and_removes_a_sink(boar
         await page.watch.assert_clean(page)
 
 
-async def test_csrf_and_another_humans_sink(board_server, browser, chat):  # noqa: F811
+async def test_csrf_and_another_humans_sink(board_server, browser, chat):
     url, _ = chat
     owner = await board_server.human("owner")
     stranger = await board_server.human("stranger")
