@@ -58,8 +58,6 @@ class Settings(BaseSettings):
     mcp_auth_cache_seconds: float = Field(2.0, ge=0, le=300)  # credential lookups reused this long
     oauth_access_token_seconds: int = Field(3600, ge=1, le=86400)  # OAuth access tokens for MCP hosts
     oauth_refresh_token_seconds: int = Field(30 * 86400, ge=60, le=365 * 86400)  # and their refresh tokens
-    oauth_access_token_seconds: int = Field(3600, ge=1, le=86400)  # OAuth access tokens for MCP hosts
-    oauth_refresh_token_seconds: int = Field(30 * 86400, ge=60, le=365 * 86400)  # and their refresh tokens
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "text"] = "auto"  # auto: text on a terminal, JSON otherwise
     doorbell_gate_seconds: float = Field(60.0, ge=0)
