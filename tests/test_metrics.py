@@ -185,7 +185,8 @@ def test_a_short_metrics_token_stops_startup():
 async def test_mcp_calls_are_counted_and_timed_by_the_serving_process(core, server):
     a = await vend(core, queues=["build"])
     t = await push(core, a, "counted")
-    scrape = lambda: httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text  # noqa: E731
+    def scrape() -> str:
+        return httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
 
     def sample(text: str, name: str, **labels) -> float:
         for fam in text_string_to_metric_families(text):

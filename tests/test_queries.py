@@ -56,4 +56,4 @@ def test_a_bad_catalogue_is_refused_naming_where():
     with pytest.raises(CatalogueError, match="nested deeper"):
         queries.splice("{{loop}}", {"loop": "{{loop}}"}, "x.sql: c")
     with pytest.raises(AttributeError, match="no statement 'nope' in todos.sql"):
-        Q.todos.nope  # noqa: B018
+        Q.todos.nope  # noqa: B018  (reading it is what raises)

@@ -16,7 +16,7 @@ async def test_open_runtime_opens_the_core_and_the_listener_and_closes_them(pg_u
     settings = make_settings(pg_uri)
     runtime = Runtime(settings)
     with pytest.raises(RuntimeClosed):
-        runtime.core  # noqa: B018
+        runtime.core  # noqa: B018  (reading it is what raises)
     async with open_runtime(settings, runtime=runtime, listen=True, min_size=1, max_size=2) as opened:
         assert opened is runtime and runtime.is_open
         async with runtime.core.pool.connection() as conn:
@@ -25,7 +25,7 @@ async def test_open_runtime_opens_the_core_and_the_listener_and_closes_them(pg_u
         assert runtime.listener.backend_pid is not None
     assert not runtime.is_open and not runtime.listener.connected.is_set()
     with pytest.raises(RuntimeClosed):
-        runtime.core  # noqa: B018
+        runtime.core  # noqa: B018  (reading it is what raises)
 
 
 async def test_open_runtime_refuses_a_runtime_built_with_other_settings(pg_uri):
