@@ -185,6 +185,7 @@ def test_a_short_metrics_token_stops_startup():
 async def test_mcp_calls_are_counted_and_timed_by_the_serving_process(core, server):
     a = await vend(core, queues=["build"])
     t = await push(core, a, "counted")
+
     def scrape() -> str:
         return httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
 
