@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import httpx2
 import pytest
-from board_kit import (CHROMIUM_ARGS, axe_violations, page_for, start_board_server, stop_board_server)
+from board_kit import CHROMIUM_ARGS, PASSWORD, axe_violations, page_for, start_board_server, stop_board_server
 from conftest import chromium_path, free_port
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
@@ -88,7 +88,8 @@ class Host:
 
     async def consent(self, authorization_url: str) -> None:
         self.consents += 1
-        async with page_for(self.browser, self.server, self.human) as page:
+        # The main flow signs in on the way (the host's redirect lands on the sign-in form first).
+        async with page_for(self.browser, self.server, None if self.check_page else self.human) as page:
             landed: asyncio.Future = asyncio.get_running_loop().create_future()
 
             async def capture(route) -> None:  # noqa: ANN001
@@ -98,6 +99,12 @@ class Host:
 
             await page.route(f"{self.callback}**", capture)
             await page.goto(authorization_url)
+            if self.check_page:
+                assert urlsplit(page.url).path == "/login"
+                await page.fill("#sb-name", self.human.name)
+                await page.fill("#sb-password", PASSWORD)
+                async with page.expect_navigation():
+                    await page.click("#sb-sign-in")
             assert urlsplit(page.url).path == "/oauth/consent"
             assert await page.text_content("#sb-oauth-client") == "Test host <b>"  # escaped, shown as text
             if self.check_page:
@@ -298,3 +305,74 @@ async def test_bad_input_is_refused_and_changes_nothing(server):
     assert again.status_code == 400 and again.json()["error"] == "invalid_grant"
     assert server.sql("SELECT count(*) FROM oauth_tokens") == tokens_before
     await eventually_status(base, ep["slug"], token, 401, timeout=2)
+
+
+async def test_a_spent_refresh_token_presented_again_revokes_the_chain(server):
+    base = server.url
+    human = await server.human("orot")
+    ep, _ = await server.run(endpoints.vend, human, agent="eps", queues=["inbox"])
+    callback = "http://127.0.0.1:9/cb"
+    client_id = httpx.post(f"{base}/oauth/register", json={"redirect_uris": [callback],
+                                                           "token_endpoint_auth_method": "none"}).json()["client_id"]
+    verifier, challenge = _pkce()
+    code = await server.run(oauth.create_code, human, client_id=client_id, endpoint_id=ep["endpoint_id"],
+                            redirect_uri=callback, redirect_uri_explicit=True, code_challenge=challenge,
+                            scopes=["mcp"], resource=f"{base}/mcp/{ep['slug']}", seconds=60)
+    first = httpx.post(f"{base}/oauth/token", data={"grant_type": "authorization_code", "code": code,
+                                                    "redirect_uri": callback, "code_verifier": verifier,
+                                                    "client_id": client_id}).json()
+    refresh = {"grant_type": "refresh_token", "client_id": client_id}
+    second = httpx.post(f"{base}/oauth/token", data={**refresh, "refresh_token": first["refresh_token"]}).json()
+    assert second["refresh_token"] != first["refresh_token"]
+    assert raw_call(base, ep["slug"], second["access_token"]).status_code == 200
+    replayed = httpx.post(f"{base}/oauth/token", data={**refresh, "refresh_token": first["refresh_token"]})
+    assert replayed.status_code == 400 and replayed.json()["error"] == "invalid_grant"
+    await eventually_status(base, ep["slug"], second["access_token"], 401, timeout=2)
+    after = httpx.post(f"{base}/oauth/token", data={**refresh, "refresh_token": second["refresh_token"]})
+    assert after.status_code == 400 and after.json()["error"] == "invalid_grant"
+
+
+async def test_consent_deny_foreign_endpoint_and_csrf(server, browser):
+    base = server.url
+    human = await server.human("oden")
+    other = await server.human("oth")
+    ep, _ = await server.run(endpoints.vend, human, agent="zeta", queues=["inbox"])
+    foreign, _ = await server.run(endpoints.vend, other, agent="eta", queues=["inbox"])
+    callback = f"http://127.0.0.1:{free_port()}/cb"
+    client_id = httpx.post(f"{base}/oauth/register", json={"redirect_uris": [callback], "client_name": "denied",
+                                                           "token_endpoint_auth_method": "none"}).json()["client_id"]
+    _, challenge = _pkce()
+
+    def authorize_url(slug: str) -> str:
+        return f"{base}/oauth/authorize?" + urlencode({
+            "client_id": client_id, "redirect_uri": callback, "response_type": "code", "code_challenge": challenge,
+            "code_challenge_method": "S256", "state": "st", "resource": f"{base}/mcp/{slug}"})
+
+    before = oauth_rows(server)
+    async with page_for(browser, server, human) as page:
+        # Another human's endpoint looks like one that does not exist, and nothing is offered.
+        await page.goto(authorize_url(foreign["slug"]))
+        assert "does not exist, is not yours" in await page.text_content("#sb-oauth-error")
+        assert await page.locator("#sb-oauth-allow").count() == 0
+        page.watch.expected_http_errors(400)
+        # A consent posted without the CSRF token is refused.
+        await page.goto(authorize_url(ep["slug"]))
+        blob = await page.get_attribute("input[name=request]", "value")
+        forged = await page.request.post(f"{base}/oauth/consent", form={"request": blob, "decision": "allow",
+                                                                         "slug": ep["slug"]})
+        assert forged.status == 403
+        # Deny: back to the host with access_denied and its state; no code made.
+        landed: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        async def capture(route) -> None:  # noqa: ANN001
+            if not landed.done():
+                landed.set_result(route.request.url)
+            await route.fulfill(status=200, body="done", content_type="text/plain")
+
+        await page.route(f"{callback}**", capture)
+        page.watch.expected_http_errors(403)
+        await page.watch.assert_clean(page)
+        await page.click("#sb-oauth-deny")  # reaching the host proves the page's CSP lets the form go there
+        query = parse_qs(urlsplit(await asyncio.wait_for(landed, 15)).query)
+        assert query["error"] == ["access_denied"] and query["state"] == ["st"]
+    assert oauth_rows(server) == before

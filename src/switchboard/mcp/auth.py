@@ -16,10 +16,12 @@ endpoint's own expiry. Correctness does not rest on the cache:
 An open session of a revoked endpoint is listed in `refused_sessions`: its next POST, sent with the
 credential that opened it, is let through to the surface, which answers a tool call with the
 `unauthorized` tool error (other requests with a JSON-RPC error) instead of a bare 401, then ends the
-session. An OAuth access token (`sbo_`, core/oauth.py) is a second kind
-resolving to the same endpoint caller, remembered no longer than its own expiry; revoking it
-announces its endpoint on the same channel. Unknown credentials are never remembered. Entries are keyed by the credential's SHA-256,
-not by the credential itself.
+session.
+
+An OAuth access token (`sbo_`, core/oauth.py; given to hosts that only speak OAuth) is a second kind
+of credential resolving to the same endpoint caller, remembered no longer than its own expiry;
+revoking it announces its endpoint on the same channel. Unknown credentials are never remembered.
+Entries are keyed by the credential's SHA-256, not by the credential itself.
 """
 
 from __future__ import annotations
