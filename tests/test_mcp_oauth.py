@@ -16,15 +16,15 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import httpx2
 import pytest
-from board_kit import CHROMIUM_ARGS, PASSWORD, axe_violations, page_for, start_board_server, stop_board_server
-from conftest import chromium_path, free_port
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
-from mcp_support import ACCEPT
 from playwright.async_api import async_playwright
 
+from board_kit import CHROMIUM_ARGS, PASSWORD, axe_violations, page_for, start_board_server, stop_board_server
+from conftest import chromium_path, free_port
+from mcp_support import ACCEPT
 from switchboard.core import endpoints, oauth
 from switchboard.core.secrets import sha256
 
@@ -92,7 +92,7 @@ class Host:
         async with page_for(self.browser, self.server, None if self.check_page else self.human) as page:
             landed: asyncio.Future = asyncio.get_running_loop().create_future()
 
-            async def capture(route) -> None:  # noqa: ANN001
+            async def capture(route) -> None:
                 if not landed.done():
                     landed.set_result(route.request.url)
                 await route.fulfill(status=200, body="done", content_type="text/plain")
@@ -364,7 +364,7 @@ async def test_consent_deny_foreign_endpoint_and_csrf(server, browser):
         # Deny: back to the host with access_denied and its state; no code made.
         landed: asyncio.Future = asyncio.get_running_loop().create_future()
 
-        async def capture(route) -> None:  # noqa: ANN001
+        async def capture(route) -> None:
             if not landed.done():
                 landed.set_result(route.request.url)
             await route.fulfill(status=200, body="done", content_type="text/plain")

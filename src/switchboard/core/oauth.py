@@ -50,14 +50,14 @@ class Issued:
 
 # --------------------------------------------------------------------------------------- clients
 
-async def register_client(core: Core, client_id: str, metadata: dict, secret: str | None) -> None:
+async def register_client(core: Core, client_id: str, metadata: dict[str, Any], secret: str | None) -> None:
     async with core.pool.connection() as conn:
         await conn.execute(Q.oauth.insert_client, {
             "client_id": client_id, "metadata": Jsonb(metadata),
             "secret_hash": sha256(secret) if secret else None})
 
 
-async def get_client(core: Core, client_id: Any) -> dict | None:
+async def get_client(core: Core, client_id: Any) -> dict[str, Any] | None:
     """The client's row (metadata and secret digest), or None."""
     if not isinstance(client_id, str) or not client_id or len(client_id) > 200:
         return None
@@ -66,7 +66,7 @@ async def get_client(core: Core, client_id: Any) -> dict | None:
         return await cur.fetchone()
 
 
-def secret_matches(row: dict, presented: str | None) -> bool:
+def secret_matches(row: dict[str, Any], presented: str | None) -> bool:
     stored = row.get("secret_hash")
     if stored is None or not presented:
         return False
@@ -88,7 +88,7 @@ async def create_code(core: Core, human: HumanCaller, *, client_id: str, endpoin
     return code
 
 
-async def load_code(core: Core, client_id: str, code: Any) -> dict | None:
+async def load_code(core: Core, client_id: str, code: Any) -> dict[str, Any] | None:
     if not _shaped(code, CODE_PREFIX):
         return None
     digest = sha256(code)
@@ -136,7 +136,7 @@ async def exchange_code(core: Core, client_id: str, code: str, *, access_seconds
 
 # ---------------------------------------------------------------------------------------- tokens
 
-async def load_refresh(core: Core, client_id: str, token: Any) -> dict | None:
+async def load_refresh(core: Core, client_id: str, token: Any) -> dict[str, Any] | None:
     """A live refresh token of this client. A spent one presented again revokes its family."""
     if not _shaped(token, REFRESH_PREFIX):
         return None
@@ -171,7 +171,7 @@ async def rotate_refresh(core: Core, client_id: str, token: str, scopes: list[st
                             refresh_seconds=refresh_seconds, refresh=successor)
 
 
-async def resolve_access(core: Core, token: Any) -> dict | None:
+async def resolve_access(core: Core, token: Any) -> dict[str, Any] | None:
     """The live endpoint row (with the agent's name and `oauth_*` columns) an access token acts as."""
     if not _shaped(token, ACCESS_PREFIX):
         return None
@@ -184,7 +184,7 @@ async def resolve_access(core: Core, token: Any) -> dict | None:
     return row
 
 
-async def find_token(core: Core, token: Any) -> dict | None:
+async def find_token(core: Core, token: Any) -> dict[str, Any] | None:
     """A token of either kind in any state (for revocation), or None."""
     if not (_shaped(token, ACCESS_PREFIX) or _shaped(token, REFRESH_PREFIX)):
         return None

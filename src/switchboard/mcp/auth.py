@@ -95,7 +95,7 @@ class CredentialCache:
                 owner = self.refused_sessions.get(session_id)
                 if owner is None and self.session_owner is not None:
                     owner = self.session_owner(session_id)  # revoked, and this process not told yet
-            if owner is not None:
+            if owner is not None and session_id:
                 row = await endpoints.credential_owner(core, credential)
                 if row is not None and str(row["id"]) == owner:
                     self.refuse_session(session_id, owner)

@@ -30,21 +30,29 @@ import hashlib
 import hmac
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 from uuid import UUID
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
 from mcp.server.auth.handlers.authorize import AuthorizationHandler
 from mcp.server.auth.handlers.metadata import MetadataHandler, ProtectedResourceMetadataHandler
 from mcp.server.auth.handlers.register import RegistrationHandler
 from mcp.server.auth.handlers.revoke import RevocationHandler
 from mcp.server.auth.handlers.token import TokenHandler
 from mcp.server.auth.middleware.client_auth import AuthenticationError, ClientAuthenticator
-from mcp.server.auth.provider import (AccessToken, AuthorizationCode, AuthorizationParams, AuthorizeError,
-                                      RefreshToken, RegistrationError, TokenError, construct_redirect_uri)
+from mcp.server.auth.provider import (
+    AccessToken,
+    AuthorizationCode,
+    AuthorizationParams,
+    AuthorizeError,
+    RefreshToken,
+    RegistrationError,
+    TokenError,
+    construct_redirect_uri,
+)
 from mcp.server.auth.routes import build_metadata, cors_middleware
 from mcp.server.auth.settings import ClientRegistrationOptions, RevocationOptions
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, RequestBodyLimitMiddleware
@@ -53,7 +61,7 @@ from pydantic import AnyHttpUrl, ConfigDict, TypeAdapter
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route, request_response
+from starlette.routing import BaseRoute, Route, request_response
 
 from ..core import endpoints, oauth
 from ..core.models import Core
@@ -62,6 +70,7 @@ from .board.kit import NO_STORE, Board, human_page, human_post
 from .board.sessions import load_secret
 from .security import CONTENT_SECURITY_POLICY
 
+EXPIRED = "The request is invalid or has expired. Start again from your app."
 SCOPE = "mcp"  # the one scope: act as the chosen endpoint, within the endpoint's own verbs and queues
 CODE_SECONDS = 60
 REQUEST_SECONDS = 600  # how long a consent page may stay open
@@ -185,7 +194,7 @@ class SwitchboardProvider:
                       expires_at=int(row["expires_epoch"]), resource=row["resource"], family=str(row["family"]))
 
     async def revoke_token(self, token: Tokens | Refresh) -> None:
-        await oauth.revoke_family(self.core, token.family)
+        await oauth.revoke_family(self.core, UUID(token.family))
 
 
 class HashedClientAuthenticator(ClientAuthenticator):
@@ -279,7 +288,7 @@ class Consent:
 
     async def _live_endpoints(self, board: Board, who: Any, pending: dict) -> tuple[list[dict], str | None]:
         """The human's endpoints the host may be given: all active ones, or just the one it named."""
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         live = [e for e in await endpoints.list_for_human(board.core, who[0]) if e["state"] == "active"
                 and (e["expires_at"] is None or datetime.fromisoformat(e["expires_at"]) > now)]
         if pending.get("resource") is not None:
@@ -294,7 +303,7 @@ class Consent:
     async def page(self, board: Board, request: Request, who: Any) -> Response:
         pending = self.signer.read(request.query_params.get("request"))
         if pending is None:
-            return _bad_request(board, request, who, "The request is invalid or has expired. Start again from your app.")
+            return _bad_request(board, request, who, EXPIRED)
         row = await oauth.get_client(board.core, pending["client_id"])
         if row is None:
             return _bad_request(board, request, who, "The app is not registered. Start again from your app.")
@@ -332,7 +341,7 @@ class Consent:
     async def decide(self, board: Board, request: Request, who: Any, form: Any) -> Response:
         pending = self.signer.read(form.get("request"))
         if pending is None:
-            return _bad_request(board, request, who, "The request is invalid or has expired. Start again from your app.")
+            return _bad_request(board, request, who, EXPIRED)
         if await oauth.get_client(board.core, pending["client_id"]) is None:
             return _bad_request(board, request, who, "The app is not registered. Start again from your app.")
         redirect = pending["redirect_uri"]
@@ -395,7 +404,7 @@ def component(runtime: Runtime) -> Component:
     async def consent_post(board: Board, request: Request, who: Any, form: Any) -> Response:
         return await consent.decide(board, request, who, form)
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/.well-known/oauth-protected-resource/mcp/{slug:str}",
               cors_middleware(resource_metadata, ["GET", "OPTIONS"]), methods=["GET", "OPTIONS"]),
         Route("/.well-known/oauth-authorization-server",
