@@ -52,14 +52,15 @@ def test_built_in_systems_run_verified_and_land_in_the_doc_section(bench_server,
     assert "| Switchboard core in process (`claim_next` + `complete`) |" in printed
     assert "- Switchboard core per claim / raw SQL per job: W=1 " in printed
     assert "| Switchboard core in process, batches of 100 (`claim_next_batch` + `complete_batch`) |" in printed
-    assert "| Switchboard, one `push` per todo (core producer, 8 concurrent producers) |" in printed
+    assert f"| {SwitchboardCore().enqueue_label} |" in printed
     assert "- Switchboard bulk enqueue: " in printed
     # The section replaced in place: what came before and after it kept, the old figures gone.
     assert text.startswith("# Benchmarks\n\nEarlier figures.\n\n## Peers\n")
     assert text.count("## Peers") == 1 and "old figures" not in text
     assert text.rstrip().endswith("## Later\n\nkept")
     (command,) = [ln for ln in text.splitlines() if ln.startswith("Command: ")]
-    assert command.startswith("Command: `python bench/peers_bench.py --quick --jobs 200") and "--write-doc" not in command
+    assert command.startswith("Command: `python bench/peers_bench.py --quick --jobs 200")
+    assert "--write-doc" not in command and "--json" not in command  # output files are no part of the method
 
 
 class TwoAtATime(SwitchboardCore):
