@@ -63,9 +63,9 @@ import tempfile
 import time
 import uuid
 import warnings
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import psycopg
 from psycopg.rows import dict_row
@@ -210,7 +210,9 @@ SELECT u.*, NULL::jsonb AS closed_attempt FROM u
 # text no longer holds what it replaces.
 _CAP_READ = ("SELECT greatest(5, coalesce((SELECT value::int FROM settings\n"
              "                                   WHERE key = 'attempt_history_max_per_todo'), 50)) AS n")
-_PRIOR_START = "       (SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.seq DESC), '[]'::jsonb)\n          FROM (SELECT z.* FROM"
+_PRIOR_START = ("       (SELECT coalesce(jsonb_agg(to_jsonb(p) || jsonb_build_object('notes', "
+                "jsonb_path_query_array(p.notes, '$[last]')) ORDER BY p.seq DESC), '[]'::jsonb)\n"
+                "          FROM (SELECT z.* FROM")
 _PRIOR_END = "ORDER BY z.seq DESC LIMIT 5) p) AS prior_attempts"
 # What the Python path reads of a todo row (shapes.full, events.build) and of a closed attempt (shapes.attempt).
 TODO_COLUMNS = ("id, endpoint_id, queue, source, kind, title, state, owner, assignee, attempt, max_attempts, "
@@ -868,9 +870,9 @@ async def generic_plan(tenant: Tenant, statement: str = "claim_next_one") -> str
 
 
 def fmt_table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     line = lambda r: "| " + " | ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
-                                       for i, (c, w) in enumerate(zip(r, widths))) + " |"
+                                       for i, (c, w) in enumerate(zip(r, widths, strict=True))) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(header), sep] + [line(r) for r in rows])
 
@@ -880,7 +882,7 @@ class _SkipLatency(Exception):
 
 
 def paired_ratio(a: list[float], b: list[float]) -> float:
-    return statistics.median(x / y for x, y in zip(a, b))
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
 async def main(args: argparse.Namespace) -> int:

@@ -6,10 +6,11 @@ Attempt entries never carry `lease_token_hash`, `claimer_session` or `claimer_en
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from .states import DIED_OUTCOMES, TodoState
+
 ATTEMPT_FIELDS = ("seq", "attempt", "claimer_kind", "claimant", "claimed_at", "last_heartbeat_at",
                   "ended_at", "outcome", "disposition", "died", "summary", "summary_truncated", "artifact",
                   "last_note")
@@ -21,22 +22,21 @@ def ts(value: Any) -> str | None:
     """RFC 3339 in UTC with microseconds, `Z` suffix. Values read inside jsonb arrive as strings."""
     if value is None:
         return None
-    if not isinstance(value, datetime):
-        value = datetime.fromisoformat(str(value))
-    return value.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def is_dead_letter(row: dict) -> bool:
+def is_dead_letter(row: dict[str, Any]) -> bool:
     return row["state"] == TodoState.FAILED and row.get("next_retry_at") is None
 
 
-def payload_size(row: dict) -> int:
+def payload_size(row: dict[str, Any]) -> int:
     if row.get("payload") is None:
         return 0
     return len(json.dumps(row["payload"], separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
-def compact(row: dict) -> dict:
+def compact(row: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"id": row["id"], "queue": row["queue"]}
     if row.get("source"):
         out["source"] = row["source"]
@@ -59,7 +59,7 @@ def compact(row: dict) -> dict:
     return out
 
 
-def full(row: dict) -> dict:
+def full(row: dict[str, Any]) -> dict[str, Any]:
     out = compact(row)
     if row.get("payload") is not None:
         out["payload"] = row["payload"]
@@ -70,7 +70,7 @@ def full(row: dict) -> dict:
     return out
 
 
-def attempt(a: dict) -> dict:
+def attempt(a: dict[str, Any]) -> dict[str, Any]:
     """The REQ-7 attempt entry: absent values are null, never omitted."""
     return {
         "seq": a["seq"],
@@ -90,25 +90,25 @@ def attempt(a: dict) -> dict:
     }
 
 
-def notes(a: dict) -> list[dict]:
+def notes(a: dict[str, Any]) -> list[dict[str, Any]]:
     """The attempt's progress notes, oldest first: `{"at", "text"}` each."""
     return [{"at": ts(n.get("at")), "text": n.get("text")} for n in a.get("notes") or []]
 
 
-def last_note(a: dict) -> dict | None:
+def last_note(a: dict[str, Any]) -> dict[str, Any] | None:
     """The newest note of the attempt, or null: what the next claimer learns of a died attempt."""
     kept = a.get("notes") or []
     return {"at": ts(kept[-1].get("at")), "text": kept[-1].get("text")} if kept else None
 
 
-def detail_attempt(a: dict) -> dict:
+def detail_attempt(a: dict[str, Any]) -> dict[str, Any]:
     """An attempt of get_todo: the REQ-7 entry with every kept note."""
     out = attempt(a)
     out["notes"] = notes(a)
     return out
 
 
-def owner_attempt(a: dict) -> dict:
+def owner_attempt(a: dict[str, Any]) -> dict[str, Any]:
     """The owning human's view adds the lease expiry of the attempt and when the owner last extended
     it (apart from the holder's heartbeats); still no secrets or sessions."""
     out = detail_attempt(a)
@@ -117,7 +117,7 @@ def owner_attempt(a: dict) -> dict:
     return out
 
 
-def todo_detail(row: dict, attempts: list[dict], *, owner_view: bool = False) -> dict:
+def todo_detail(row: dict[str, Any], attempts: list[dict[str, Any]], *, owner_view: bool = False) -> dict[str, Any]:
     """The get_todo shape (REQ-8): full todo, result, dead_letter, attempts newest first, counters."""
     out = full(row)
     out["result"] = row.get("result")

@@ -14,14 +14,13 @@ This module is imported only when A2UI is on, so a server without it never loads
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 from a2ui.builder.v0_9 import Action, Button, Card, Column, Divider, OpenUrl, Row, Text
 from a2ui.core.basic_catalog import BasicCatalog
-from a2ui.core.schema.v0_9 import (CreateSurface, CreateSurfaceMessage, UpdateComponents,
-                                   UpdateComponentsMessage)
+from a2ui.core.schema.v0_9 import CreateSurface, CreateSurfaceMessage, UpdateComponents, UpdateComponentsMessage
 from a2ui.parser import to_message_dicts
 
 PROTOCOL_VERSION = "v0.9"
@@ -35,7 +34,7 @@ def when(value: str | None) -> str:
     """An RFC 3339 timestamp shown to the second, in UTC: `2026-09-22 14:01:07Z`."""
     if not value:
         return "—"
-    moment = datetime.fromisoformat(value).astimezone(timezone.utc)
+    moment = datetime.fromisoformat(value).astimezone(UTC)
     return moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 

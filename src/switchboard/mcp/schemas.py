@@ -16,8 +16,9 @@ entry). They list what is always there as required and leave room for additive f
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from ..core import inputs as limits
 from ..core.errors import Invalid
@@ -234,7 +235,7 @@ NOTE_PROPS = {
                          "an instruction."),
 }
 
-ATTEMPT = {
+ATTEMPT: dict[str, Any] = {
     "type": "object",
     "description": "One attempt: the span from a committed claim to the transition that ended its lease.",
     "properties": {
