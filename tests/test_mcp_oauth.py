@@ -376,3 +376,34 @@ async def test_consent_deny_foreign_endpoint_and_csrf(server, browser):
         query = parse_qs(urlsplit(await asyncio.wait_for(landed, 15)).query)
         assert query["error"] == ["access_denied"] and query["state"] == ["st"]
     assert oauth_rows(server) == before
+
+
+async def test_the_sweep_purges_expired_codes_tokens_and_abandoned_clients(server):
+    base = server.url
+    human = await server.human("opur")
+    ep, _ = await server.run(endpoints.vend, human, agent="theta", queues=["inbox"])
+    callback = "http://127.0.0.1:9/cb"
+
+    def register() -> str:
+        return httpx.post(f"{base}/oauth/register", json={"redirect_uris": [callback],
+                                                          "token_endpoint_auth_method": "none"}).json()["client_id"]
+
+    abandoned, used, fresh = register(), register(), register()
+    verifier, challenge = _pkce()
+    code = await server.run(oauth.create_code, human, client_id=used, endpoint_id=ep["endpoint_id"],
+                            redirect_uri=callback, redirect_uri_explicit=True, code_challenge=challenge,
+                            scopes=["mcp"], resource=f"{base}/mcp/{ep['slug']}", seconds=60)
+    tokens = httpx.post(f"{base}/oauth/token", data={"grant_type": "authorization_code", "code": code,
+                                                     "redirect_uri": callback, "code_verifier": verifier,
+                                                     "client_id": used}).json()
+    server.sql("UPDATE oauth_clients SET created_at = now() - interval '2 days' WHERE client_id IN (%(a)s, %(u)s)",
+               {"a": abandoned, "u": used})
+    server.sql("UPDATE oauth_codes SET expires_at = now() - interval '2 hours' WHERE client_id = %(u)s", {"u": used})
+    server.sql("UPDATE oauth_tokens SET expires_at = now() - interval '2 days' WHERE client_id = %(u)s "
+               "AND kind = 'access'", {"u": used})
+    await server.run(oauth.purge)
+    left = {r[0] for r in server.sql("SELECT client_id FROM oauth_clients")}
+    assert abandoned not in left and used in left and fresh in left  # `used` still holds a refresh token
+    assert server.sql("SELECT kind FROM oauth_tokens WHERE client_id = %(u)s", {"u": used}) == [("refresh",)]
+    assert server.sql("SELECT 1 FROM oauth_codes WHERE client_id = %(u)s", {"u": used}) == []
+    assert raw_call(base, ep["slug"], tokens["access_token"]).status_code == 401

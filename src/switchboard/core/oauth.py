@@ -203,3 +203,11 @@ async def _revoke_family(conn: Any, family: UUID) -> None:
     cur = await conn.execute(Q.oauth.revoke_family, {"family": family})
     for endpoint_id in {row["endpoint_id"] for row in await cur.fetchall()}:
         await conn.execute(Q.oauth.notify_endpoint, {"endpoint_id": endpoint_id})
+
+
+async def purge(core: Core) -> dict[str, Any]:
+    """Drop expired codes and tokens and abandoned clients (a sweep-tick hook): how many of each."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.oauth.purge)
+        row = await cur.fetchone()
+    return dict(row) if row else {}

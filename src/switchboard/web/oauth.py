@@ -420,5 +420,8 @@ def component(runtime: Runtime) -> Component:
         Route(PATHS["consent"], consent_page, methods=["GET"]),
         Route(PATHS["consent"], consent_post, methods=["POST"]),
     ]
-    return Component(name="oauth", routes=routes)
+    async def tick(core: Core) -> None:
+        await oauth.purge(core)
+
+    return Component(name="oauth", routes=routes, on_tick=tick)
 

@@ -80,3 +80,21 @@ SELECT kind, client_id, endpoint_id, scopes, resource, family,
 -- Tell every serving process to forget the endpoint's cached credentials (migration 0008's channel).
 SELECT pg_notify('switchboard_credentials',
                  json_build_object('endpoint_id', %(endpoint_id)s::uuid, 'reason', 'oauth_revoked')::text)
+
+-- name: purge
+-- On the sweep tick: codes an hour past their expiry, tokens a day past theirs (a spent refresh token
+-- stays until then, so its replay is still recognised), and clients registered over a day ago that
+-- hold no code or token (registration is open, so abandoned ones must not pile up).
+WITH codes AS (
+    DELETE FROM oauth_codes WHERE expires_at < now() - interval '1 hour' RETURNING 1
+), tokens AS (
+    DELETE FROM oauth_tokens WHERE expires_at < now() - interval '1 day' RETURNING 1
+), clients AS (
+    DELETE FROM oauth_clients c
+     WHERE c.created_at < now() - interval '1 day'
+       AND NOT EXISTS (SELECT 1 FROM oauth_codes k WHERE k.client_id = c.client_id)
+       AND NOT EXISTS (SELECT 1 FROM oauth_tokens t WHERE t.client_id = c.client_id)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM codes) AS codes, (SELECT count(*) FROM tokens) AS tokens,
+       (SELECT count(*) FROM clients) AS clients
