@@ -25,6 +25,7 @@ import platform
 import re
 import statistics
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -172,7 +173,9 @@ def report(args: argparse.Namespace, m: dict, command: str) -> str:
         " over the jobs drained, which other load moves less than the rates.",
         "",
         f"Command: `{command}` ({m['started']}, {m['seconds'] / 60:.1f} min).",
+        "",
         f"Machine: {machine}.",
+        "",
         f"Load: {load_line}; the machine was shared, so compare rows of one run rather than runs.",
         "",
         table,
@@ -198,7 +201,14 @@ def report(args: argparse.Namespace, m: dict, command: str) -> str:
     ]
     if r.failed:
         out += ["Failed (no figure): " + "; ".join(f"{k}: {e}" for k, e in r.failed.items()), ""]
-    return "\n".join(out)
+    return "\n".join(wrap(x) for x in out)
+
+
+def wrap(block: str) -> str:
+    """Prose wrapped at 100 columns as the rest of docs/benchmarks.md; tables, lists, headings as they are."""
+    if not block or block.startswith(("|", "-", "#")) or "\n" in block:
+        return block
+    return textwrap.fill(block, width=100, break_long_words=False, break_on_hyphens=False)
 
 
 def write_section(path: Path, section: str) -> None:
