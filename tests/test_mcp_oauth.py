@@ -349,6 +349,11 @@ async def test_consent_deny_foreign_endpoint_and_csrf(server, browser):
             "code_challenge_method": "S256", "state": "st", "resource": f"{base}/mcp/{slug}"})
 
     before = oauth_rows(server)
+    async with page_for(browser, server, await server.human("onone")) as page:
+        # A human with no endpoint is sent to vend one.
+        await page.goto(authorize_url("x").replace("&resource=", "&unused="))
+        assert await page.get_attribute("#sb-oauth-vend", "href") == "/endpoints/vend"
+        assert await axe_violations(page) == []
     async with page_for(browser, server, human) as page:
         # Another human's endpoint looks like one that does not exist, and nothing is offered.
         await page.goto(authorize_url(foreign["slug"]))

@@ -297,7 +297,8 @@ class Consent:
             if not live:
                 return [], "The app asked for an endpoint that does not exist, is not yours, or is no longer active."
         if not live:
-            return [], "You have no active endpoint to connect. Vend one on the Endpoints screen, then try again."
+            return [], Markup('You have no active endpoint to connect. <a href="/endpoints/vend" id="sb-oauth-vend">'
+                              'Vend one</a>, then connect again from your app.')
         return live, None
 
     async def page(self, board: Board, request: Request, who: Any) -> Response:
