@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -26,13 +27,13 @@ PRIOR_ATTEMPTS = 5
 
 @dataclass
 class ClaimResult:
-    todo: dict  # full shape
+    todo: dict[str, Any]  # full shape
     attempt_seq: int
     attempts_total: int
-    prior_attempts: list[dict]
+    prior_attempts: list[dict[str, Any]]
     lease_token: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out = dict(self.todo)
         out["attempt_seq"] = self.attempt_seq
         out["attempts_total"] = self.attempts_total
@@ -56,7 +57,7 @@ def _ttl(core: Core, caller: Caller, value: int | None) -> int:
 _todo_id = inputs.todo_id
 
 
-async def _one(core: Core, sql: str, params: dict) -> dict | None:
+async def _one(core: Core, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
     # getconn/putconn rather than `async with pool.connection()`: the same hand-back (putconn
     # discards a connection left mid-statement, e.g. on cancellation) without the context-manager
     # layers, about 8 us per statement on the 2-core bench machine (docs/benchmarks.md).
@@ -80,12 +81,12 @@ async def _miss(core: Core, caller: Caller, todo_id: str, op: str, *, queue_forb
     return Conflict(op=op, todo_id=todo_id)
 
 
-def _fence_params(caller: Caller, lease_token: str | None) -> dict:
+def _fence_params(caller: Caller, lease_token: str | None) -> dict[str, Any]:
     token = inputs.lease_token(lease_token)
     return {"token_hash": sha256(token) if token is not None else None}
 
 
-def _report(core: Core, summary: str | None, artifact: str | None, result: JsonValue) -> dict:
+def _report(core: Core, summary: str | None, artifact: str | None, result: JsonValue) -> dict[str, Any]:
     """Validate the closing report before any store call (REQ-5)."""
     art = inputs.artifact(artifact)
     result_json = inputs.json_value(result, "result", inputs.RESULT_MAX_BYTES)
@@ -100,7 +101,7 @@ def _report(core: Core, summary: str | None, artifact: str | None, result: JsonV
 
 async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: str, payload: JsonValue = None,
                  kind: str | None = None, source: str | None = None, key: str | None = None,
-                 max_attempts: int | None = None, assignee: str | None = None) -> tuple[dict, bool]:
+                 max_attempts: int | None = None, assignee: str | None = None) -> tuple[dict[str, Any], bool]:
     """Put a todo on a queue. A live todo with the same idempotency key is returned with created=False.
 
     The caller (surface) has already checked that the endpoint belongs to the producer and is active.
@@ -110,12 +111,12 @@ async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: str, 
             endpoint_id = uuid.UUID(endpoint_id)
         except (TypeError, ValueError, AttributeError):
             raise Invalid("endpoint_id must be a UUID", argument="endpoint_id") from None
-    title = inputs.text(title, "title", max_chars=inputs.TITLE_MAX_CHARS, required=True)
+    checked_title = inputs.text(title, "title", max_chars=inputs.TITLE_MAX_CHARS, required=True)
     payload_json = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
     params = {
         "id": new_todo_id(), "endpoint_id": endpoint_id, "queue": inputs.queue(queue),
         "source": source, "kind": inputs.text(kind, "kind", max_chars=inputs.KIND_MAX_CHARS),
-        "title": title, "payload": Jsonb(payload) if payload_json is not None else None,
+        "title": checked_title, "payload": Jsonb(payload) if payload_json is not None else None,
         "key": inputs.text(key, "key", max_chars=inputs.KEY_MAX_CHARS),
         "assignee": inputs.text(assignee, "assignee", max_chars=inputs.ASSIGNEE_MAX_CHARS),
         "max_attempts": inputs.max_attempts(max_attempts, core.settings.default_max_attempts),
@@ -146,7 +147,7 @@ async def _endpoint_takes_todos(core: Core, endpoint_id: uuid.UUID) -> None:
 # ---------------------------------------------------------------------------------------- claims
 
 def _claim_params(core: Core, caller: Caller, lease_ttl_seconds: int | None, require_fence: bool | None,
-                  claimant: str | None) -> tuple[dict, str | None]:
+                  claimant: str | None) -> tuple[dict[str, Any], str | None]:
     token = new_lease_token() if inputs.boolean(require_fence, "require_fence", False) else None
     params = {
         **scope_params(caller),
@@ -162,7 +163,8 @@ def _claim_params(core: Core, caller: Caller, lease_ttl_seconds: int | None, req
     return params, token
 
 
-async def _run_claim(core: Core, sql: str, params: dict, token: str | None) -> tuple[ClaimResult, dict] | None:
+async def _run_claim(core: Core, sql: str, params: dict[str, Any],
+                     token: str | None) -> tuple[ClaimResult, dict[str, Any]] | None:
     try:
         row = await _one(core, sql, params)
     except psycopg.errors.ExclusionViolation:
@@ -176,7 +178,7 @@ async def _run_claim(core: Core, sql: str, params: dict, token: str | None) -> t
     return result, row
 
 
-async def _publish_claim(core: Core, row: dict) -> None:
+async def _publish_claim(core: Core, row: dict[str, Any]) -> None:
     evs = []
     if row.get("closed_attempt"):
         evs.append(events.build("takeover", row, row["closed_attempt"]))
@@ -282,7 +284,7 @@ async def claim_next_batch(core: Core, caller: EndpointCaller, *, max_todos: int
 # ----------------------------------------------------------------------------- lease transitions
 
 async def heartbeat(core: Core, caller: Caller, todo_id: str, *, lease_ttl_seconds: int | None = None,
-                    lease_token: str | None = None, note: str | None = None) -> dict:
+                    lease_token: str | None = None, note: str | None = None) -> dict[str, Any]:
     """Extend the lease. Only the holder's own call is a heartbeat; the owning human extending an
     agent's lease is recorded apart (`owner_extended_at`) and leaves `last_heartbeat_at` alone.
 
@@ -304,7 +306,8 @@ async def heartbeat(core: Core, caller: Caller, todo_id: str, *, lease_ttl_secon
     return shapes.compact(row)
 
 
-async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict, *, ready: str | None = None) -> dict:
+async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any], *,
+                 ready: str | None = None) -> dict[str, Any]:
     row = await _one(core, sql, params)
     if row is None:
         raise await _miss(core, caller, params["id"], op)
@@ -314,7 +317,7 @@ async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict, *,
 
 async def complete(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = None,
                    summary: str | None = None, artifact: str | None = None,
-                   lease_token: str | None = None) -> dict:
+                   lease_token: str | None = None) -> dict[str, Any]:
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
               **_report(core, summary, artifact, result)}
@@ -323,7 +326,7 @@ async def complete(core: Core, caller: Caller, todo_id: str, *, result: JsonValu
 
 async def fail(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = None,
                summary: str | None = None, artifact: str | None = None, lease_token: str | None = None,
-               retry: bool | None = True) -> dict:
+               retry: bool | None = True) -> dict[str, Any]:
     """Fail the attempt: a parked retry with backoff below the cap, else (or with retry=False) a dead letter."""
     todo_id = _todo_id(todo_id)
     retry = inputs.boolean(retry, "retry", True)
@@ -341,7 +344,7 @@ _FAIL_ITEM_FIELDS = _CLOSE_ITEM_FIELDS | {"retry"}
 
 
 def _batch_params(core: Core, caller: Caller, items: object, allowed: frozenset[str],
-                  retry_default: bool | None) -> dict:
+                  retry_default: bool | None) -> dict[str, Any]:
     """Check every item before any store call: a bad item refuses the whole call (`invalid` naming
     `items`), so nothing changes."""
     checked = inputs.batch_items(items, allowed)
@@ -371,7 +374,7 @@ def _batch_params(core: Core, caller: Caller, items: object, allowed: frozenset[
             "retries": retries if retry_default is not None else None}
 
 
-async def _close_batch(core: Core, caller: Caller, op: str, sql: str, params: dict) -> list[dict]:
+async def _close_batch(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     conn = await core.pool.getconn()
     try:
         cur = await conn.execute(sql, params)
@@ -404,7 +407,7 @@ async def _close_batch(core: Core, caller: Caller, op: str, sql: str, params: di
     return out
 
 
-async def complete_batch(core: Core, caller: Caller, items: list[dict]) -> list[dict]:
+async def complete_batch(core: Core, caller: Caller, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Batched complete: each item `{id, lease_token?, summary?, artifact?, result?}` (1 to
     inputs.BATCH_CLOSE_MAX, ids distinct) is completed exactly as `complete` completes one, all in ONE
     statement. Per item, not all-or-nothing: the answer lists, in the items' order,
@@ -418,7 +421,8 @@ async def complete_batch(core: Core, caller: Caller, items: list[dict]) -> list[
     return await _close_batch(core, caller, "complete", Q.todos.complete_batch, params)
 
 
-async def fail_batch(core: Core, caller: Caller, items: list[dict], *, retry: bool | None = True) -> list[dict]:
+async def fail_batch(core: Core, caller: Caller, items: list[dict[str, Any]], *,
+                     retry: bool | None = True) -> list[dict[str, Any]]:
     """Batched fail: as `complete_batch`, each item failed exactly as `fail` fails one (a parked retry
     with backoff below the cap, else a dead letter). An item's own `retry` overrides `retry`."""
     default = inputs.boolean(retry, "retry", True)
@@ -429,7 +433,7 @@ async def fail_batch(core: Core, caller: Caller, items: list[dict], *, retry: bo
 
 
 async def release(core: Core, caller: Caller, todo_id: str, *, summary: str | None = None,
-                  artifact: str | None = None, lease_token: str | None = None) -> dict:
+                  artifact: str | None = None, lease_token: str | None = None) -> dict[str, Any]:
     """Give the lease back: pending again, attempt counter unchanged, attempt closes `released`."""
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
@@ -438,7 +442,7 @@ async def release(core: Core, caller: Caller, todo_id: str, *, summary: str | No
 
 
 async def request_input(core: Core, caller: Caller, todo_id: str, *, question: str | None = None,
-                        lease_token: str | None = None) -> dict:
+                        lease_token: str | None = None) -> dict[str, Any]:
     """The holder asks its human for input: input-required, attempt stays open, lease paused."""
     todo_id = _todo_id(todo_id)
     q = inputs.question(question)
@@ -451,7 +455,7 @@ async def request_input(core: Core, caller: Caller, todo_id: str, *, question: s
 
 
 async def provide_input(core: Core, caller: HumanCaller, todo_id: str, *, payload: JsonValue,
-                        lease_ttl_seconds: int | None = None) -> dict:
+                        lease_ttl_seconds: int | None = None) -> dict[str, Any]:
     """The owning human answers an input-required todo; it resumes claimed under a fresh lease."""
     todo_id = _todo_id(todo_id)
     text = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
@@ -466,13 +470,13 @@ async def provide_input(core: Core, caller: HumanCaller, todo_id: str, *, payloa
     return shapes.full(row)
 
 
-async def cancel(core: Core, caller: HumanCaller, todo_id: str) -> dict:
+async def cancel(core: Core, caller: HumanCaller, todo_id: str) -> dict[str, Any]:
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), "id": todo_id}
     return shapes.compact(await _close(core, caller, "cancel", Q.todos.cancel, params))
 
 
-async def retry(core: Core, caller: HumanCaller, todo_id: str) -> dict:
+async def retry(core: Core, caller: HumanCaller, todo_id: str) -> dict[str, Any]:
     """Manual retry of a dead letter or a parked retry (REQ-12): fresh budget, history kept."""
     todo_id = _todo_id(todo_id)
     row = await _one(core, Q.todos.retry, {**scope_params(caller), "id": todo_id})
@@ -484,7 +488,7 @@ async def retry(core: Core, caller: HumanCaller, todo_id: str) -> dict:
 
 # ----------------------------------------------------------------------------------------- reads
 
-async def get(core: Core, caller: Caller, todo_id: str, *, attempts_limit: int | None = None) -> dict:
+async def get(core: Core, caller: Caller, todo_id: str, *, attempts_limit: int | None = None) -> dict[str, Any]:
     """The get_todo shape (REQ-8). Foreign, unknown and out-of-grant ids are the same not_found."""
     todo_id = _todo_id(todo_id)
     owner_view = isinstance(caller, HumanCaller)
@@ -496,7 +500,7 @@ async def get(core: Core, caller: Caller, todo_id: str, *, attempts_limit: int |
 
 
 async def list_for_endpoint(core: Core, caller: EndpointCaller, *, queue: str | None = None,
-                            state: str | None = None, limit: int | None = None) -> list[dict]:
+                            state: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
     if queue is not None:
         name = inputs.queue(queue)
         if name not in caller.queues:
@@ -512,7 +516,7 @@ async def list_for_endpoint(core: Core, caller: EndpointCaller, *, queue: str | 
         return [shapes.compact(r) for r in await cur.fetchall()]
 
 
-def _human_filters(caller: HumanCaller, endpoint: str | None, queue: str | None) -> dict:
+def _human_filters(caller: HumanCaller, endpoint: str | None, queue: str | None) -> dict[str, Any]:
     return {"human_id": caller.human_id,
             "slug": inputs.identifier(endpoint, "endpoint") if endpoint else None,
             "queue": inputs.queue(queue) if queue else None}
@@ -520,7 +524,7 @@ def _human_filters(caller: HumanCaller, endpoint: str | None, queue: str | None)
 
 async def list_for_human(core: Core, caller: HumanCaller, *, endpoint: str | None = None,
                          queue: str | None = None, state: str | None = None, dead_letter: bool = False,
-                         limit: int | None = None, offset: int | None = None) -> list[dict]:
+                         limit: int | None = None, offset: int | None = None) -> list[dict[str, Any]]:
     params = _human_filters(caller, endpoint, queue)
     params.update(state=inputs.state(state), dead_letter=inputs.boolean(dead_letter, "dead_letter", False),
                   limit=inputs.count(limit, "limit", default=inputs.LIST_LIMIT_DEFAULT, low=1,
