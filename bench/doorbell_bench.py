@@ -57,6 +57,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import UTC
 from pathlib import Path
 
 import httpx
@@ -66,6 +67,7 @@ import psycopg
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+import store_bench  # same folder: its PostgreSQL server helper
 from switchboard.config import load_settings
 from switchboard.core import endpoints, hooks, humans, todos
 from switchboard.core.events import HookBus
@@ -73,8 +75,6 @@ from switchboard.core.models import Core
 from switchboard.db import migrate
 from switchboard.db.pool import open_pool
 from switchboard.web.metrics import Metrics
-
-import store_bench  # same folder: its PostgreSQL server helper
 
 QUEUE = "bench"
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,7 +197,8 @@ async def doorbell_latency(uri: str, n: int) -> dict:
         await pool.close()
     return {
         "todos": n,
-        "commit_to_notification_ms": {"p50": round(pct(commit_to_note, 50), 2), "p99": round(pct(commit_to_note, 99), 2),
+        "commit_to_notification_ms": {"p50": round(pct(commit_to_note, 50), 2),
+                                      "p99": round(pct(commit_to_note, 99), 2),
                                       "max": round(max(commit_to_note), 2)},
         "call_to_notification_ms": {"p50": round(pct(call_to_note, 50), 2), "p99": round(pct(call_to_note, 99), 2)},
     }
@@ -348,7 +349,7 @@ def serve_traced() -> None:
     tracemalloc.start(1)
     snaps: list = []
 
-    def on_signal(signum, frame) -> None:  # noqa: ANN001
+    def on_signal(signum, frame) -> None:
         snaps.append(tracemalloc.take_snapshot().filter_traces(
             [tracemalloc.Filter(False, tracemalloc.__file__)]))
         if len(snaps) == 2:
@@ -378,13 +379,14 @@ async def trace_sessions(uri: str, n: int, per_endpoint: int) -> str:
              for i in range(1 + -(-n // per_endpoint))]  # the first for the warm-up sessions
     out = Path(tempfile.mkdtemp()) / "trace.txt"
     proc, url = start_server(uri, {"SWITCHBOARD_MCP_MAX_SESSIONS_PER_ENDPOINT": str(per_endpoint),
-                                   "SWITCHBOARD_MAX_CONNECTIONS": str(n + 1000), "SWITCHBOARD_BENCH_TRACE_OUT": str(out)},
+                                   "SWITCHBOARD_MAX_CONNECTIONS": str(n + 1000),
+                                   "SWITCHBOARD_BENCH_TRACE_OUT": str(out)},
                              command=[sys.executable, str(Path(__file__).resolve()), "--serve-traced"])
     port = int(url.rsplit(":", 1)[1])
     held = []
     try:
         # A few sessions first, so that one-time costs (imports, caches) land before the baseline.
-        for i in range(20):
+        for _ in range(20):
             ep, credential = lanes[0]
             held.append(await open_idle_session(port, ep["slug"], credential))
         await asyncio.sleep(2.0)
@@ -590,13 +592,13 @@ async def trigger_share(uri: str, samples: int = 300) -> dict:
 async def bus_publish_cost(n: int = 20000) -> dict:
     """Microseconds to build and publish one committed-transition event, without and with the
     subscribers a serving process has: the hook bus's own share of a cycle, free of database noise."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from switchboard.core.events import build
 
     row = {"id": "td_bench", "endpoint_id": uuid.uuid4(), "queue": QUEUE, "source": None, "kind": None,
            "title": "t", "state": "done", "owner": "agent:x", "assignee": None, "attempt": 1, "max_attempts": 5,
-           "lease_expires_at": None, "next_retry_at": None, "created_at": datetime.now(timezone.utc),
+           "lease_expires_at": None, "next_retry_at": None, "created_at": datetime.now(UTC),
            "payload": None, "attempts_total": 1}
     closed = {"seq": 1, "attempt": 1, "claimer_kind": "endpoint", "claimant": None,
               "claimed_at": "2026-01-01T00:00:00+00:00", "last_heartbeat_at": None,
@@ -608,7 +610,7 @@ async def bus_publish_cost(n: int = 20000) -> dict:
         if label == "serving_subscribers":
             metrics, wake = Metrics(), asyncio.Event()
             bus.subscribe(metrics.on_event)
-            bus.subscribe(lambda ev: wake.set() if ev.verb in ("create", "complete", "fail") else None)
+            bus.subscribe(lambda ev, wake=wake: wake.set() if ev.verb in ("create", "complete", "fail") else None)
         best = float("inf")
         for _ in range(5):
             t0 = time.perf_counter()

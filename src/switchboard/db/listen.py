@@ -28,7 +28,7 @@ import contextlib
 import json
 import logging
 import os
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import psycopg
 
@@ -45,7 +45,8 @@ Resync = Callable[[], Awaitable[None]]
 class ReadyListener:
     """LISTEN on the ready channel; hand notifications to callbacks in batches."""
 
-    def __init__(self, uri: str = "", *, channel: str = READY_CHANNEL, backoff: tuple[float, float] = (0.2, 30.0)) -> None:
+    def __init__(self, uri: str = "", *, channel: str = READY_CHANNEL,
+                 backoff: tuple[float, float] = (0.2, 30.0)) -> None:
         self.uri = uri
         self.channel = channel
         self.backoff = backoff
@@ -65,7 +66,8 @@ class ReadyListener:
                   on_credentials: Batch | None = None) -> Callable[[], None]:
         """Register callbacks for wake-up batches, for reconnections and for credential changes;
         returns the unsubscribe call."""
-        pairs = ((self.on_batch, on_batch), (self.on_reconnect, on_reconnect), (self.on_credentials, on_credentials))
+        pairs: list[tuple[list, object]] = [(self.on_batch, on_batch), (self.on_reconnect, on_reconnect),
+                                            (self.on_credentials, on_credentials)]
         for callbacks, cb in pairs:
             if cb is not None:
                 callbacks.append(cb)
@@ -105,7 +107,8 @@ class ReadyListener:
         while True:
             try:
                 name = f"{APPLICATION_NAME} {os.getpid()}"
-                async with await psycopg.AsyncConnection.connect(self.uri, autocommit=True, application_name=name) as conn:
+                connect = psycopg.AsyncConnection.connect(self.uri, autocommit=True, application_name=name)
+                async with await connect as conn:
                     # Channels are our constants, not input; one round trip for both.
                     await conn.execute(f"LISTEN {self.channel}; LISTEN {CREDENTIALS_CHANNEL}")
                     self.backend_pid = conn.info.backend_pid

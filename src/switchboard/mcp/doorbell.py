@@ -30,14 +30,15 @@ import asyncio
 import logging
 import re
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..core import rings
 from ..core.models import Core
 from ..db.listen import ReadyListener
 from ..runtime import Component, Runtime
-from .resources import queue_uri
 from .listen_streams import ListenStream
+from .resources import queue_uri
 from .server import McpSurface, connection_of
 from .sessions import LiveSession
 
@@ -86,8 +87,8 @@ def _stream_open(mcp: McpSurface, session_id: str) -> bool | None:
         from mcp.server.streamable_http import GET_STREAM_KEY
 
         manager = mcp.manager
-        transport = manager._server_instances.get(session_id)  # noqa: SLF001
-        return transport is not None and GET_STREAM_KEY in transport._request_streams  # noqa: SLF001
+        transport = manager._server_instances.get(session_id)
+        return transport is not None and GET_STREAM_KEY in transport._request_streams
     except Exception:
         return None
 

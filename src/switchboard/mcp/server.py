@@ -20,7 +20,8 @@ import contextlib
 import json
 import logging
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import mcp_types as types
 from mcp.server import Server
@@ -41,10 +42,10 @@ from ..core.models import EndpointCaller
 from ..runtime import Component, Runtime
 from . import tools
 from .auth import CredentialCache
-from .resources import QUEUE_URI, ResourceProvider, queue_of, queue_uri
-from .gateway import CALL_FACTS, CALLER_KEY, MAX_BODY_BYTES, Gateway, allowed_hostnames
 from .descriptors import DescriptorGuard, raise_soft_limit
+from .gateway import CALL_FACTS, CALLER_KEY, MAX_BODY_BYTES, Gateway, allowed_hostnames
 from .listen_streams import ListenRegistry
+from .resources import QUEUE_URI, ResourceProvider, queue_of, queue_uri
 from .session_ids import tag_session_ids
 from .sessions import LiveSession, SessionRegistry
 
@@ -65,7 +66,7 @@ def connection_of(session: Any) -> Any:
     the private attribute; mcp is pinned to 2.3.* in pyproject.toml. The connection gives the
     authoritative session id (None in the 2026 era) and the exit stack unwound when the session ends.
     """
-    return session._connection  # noqa: SLF001
+    return session._connection
 
 
 def _caller(ctx: ServerRequestContext) -> EndpointCaller:
@@ -108,7 +109,7 @@ class _SwitchboardServer(Server):
 
     def create_initialization_options(self, notification_options: NotificationOptions | None = None,
                                       experimental_capabilities: dict[str, dict[str, Any]] | None = None,
-                                      extensions: dict[str, dict[str, Any]] | None = None):  # noqa: ANN201
+                                      extensions: dict[str, dict[str, Any]] | None = None):
         return super().create_initialization_options(
             notification_options, experimental_capabilities or {CHANNEL_CAPABILITY: {}}, extensions)
 
@@ -157,8 +158,8 @@ class McpSurface:
                                self.credentials)
         self.front = DescriptorGuard(self.gateway)  # what `/mcp/<slug>` routes to
         self._stack: contextlib.AsyncExitStack | None = None
-        self._unsubscribe_bus = None
-        self._unlisten = None
+        self._unsubscribe_bus: Callable[[], None] | None = None
+        self._unlisten: Callable[[], None] | None = None
         self._tasks: set[asyncio.Task] = set()
         self._ending: dict[str, float] = {}  # session id -> when it is due to end (monotonic)
         self.sessions_ended = 0  # sessions ended because their endpoint's credential stopped working
@@ -200,16 +201,16 @@ class McpSurface:
         self.credentials.clear()
         if not self.runtime.is_open:
             return
-        owners = self.manager._session_owners  # noqa: SLF001 (see SessionCap)
+        owners = self.manager._session_owners
         ids = {str(o.get("client_id")) for o in list(owners.values()) if o and o.get("client_id")}
         for endpoint_id in await endpoints.not_live(self.runtime.core, sorted(ids)):
             self.end_sessions(endpoint_id)
 
     def _session_owner(self, session_id: str) -> str | None:
         """The endpoint id that opened a live session of this process (the SDK's record of it)."""
-        if session_id not in self.manager._server_instances:  # noqa: SLF001
+        if session_id not in self.manager._server_instances:
             return None
-        owner = self.manager._session_owners.get(session_id)  # noqa: SLF001
+        owner = self.manager._session_owners.get(session_id)
         return str(owner.get("client_id")) if owner and owner.get("client_id") else None
 
     def end_sessions(self, endpoint_id: str) -> int:
@@ -217,7 +218,7 @@ class McpSurface:
         answer anything they still send with `unauthorized`, and end them after a short grace."""
         cap = self.gateway.sessions_cap
         sids = cap.of_endpoint(endpoint_id) if cap is not None else []
-        instances = self.manager._server_instances  # noqa: SLF001
+        instances = self.manager._server_instances
         for sid in sids:
             self.credentials.refuse_session(sid, endpoint_id)
             transport = instances.get(sid)
@@ -248,10 +249,10 @@ class McpSurface:
 
     async def _discard_later(self, delay: float, sid: str) -> None:
         await asyncio.sleep(delay)
-        transport = self.manager._server_instances.get(sid)  # noqa: SLF001
+        transport = self.manager._server_instances.get(sid)
         try:
             if transport is not None:
-                await self.manager._discard_session(sid, transport)  # noqa: SLF001
+                await self.manager._discard_session(sid, transport)
         finally:
             self.credentials.session_ended(sid)
             self._ending.pop(sid, None)
@@ -262,7 +263,7 @@ class McpSurface:
 
     # ------------------------------------------------------------------------------ handshake
 
-    async def _handshake(self, ctx: ServerRequestContext, call_next):  # noqa: ANN001, ANN202
+    async def _handshake(self, ctx: ServerRequestContext, call_next):
         """Per-endpoint instructions on initialize; session tracking once the client is initialized."""
         method = ctx.method
         sid = connection_of(ctx.session).session_id

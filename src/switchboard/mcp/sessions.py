@@ -9,8 +9,9 @@ callbacks (for example to ring a session that just opened its stream).
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from ..core.models import EndpointCaller
 
@@ -109,11 +110,11 @@ class SessionCap:
         self._last: dict[str, float] = {}
 
     def live(self) -> int:
-        return len(self.manager._server_instances)  # noqa: SLF001
+        return len(self.manager._server_instances)
 
     def of_endpoint(self, endpoint_id: str) -> list[str]:
-        owners = self.manager._session_owners  # noqa: SLF001
-        instances = self.manager._server_instances  # noqa: SLF001
+        owners = self.manager._session_owners
+        instances = self.manager._server_instances
         return [sid for sid, owner in list(owners.items())
                 if sid in instances and owner.get("client_id") == endpoint_id]
 
@@ -128,7 +129,7 @@ class SessionCap:
             self._busy.pop(session_id, None)
         self._last[session_id] = time.monotonic()
         if len(self._last) > 4 * max(self.live(), 1) + 1024:  # forget ended sessions now and then
-            instances = self.manager._server_instances  # noqa: SLF001
+            instances = self.manager._server_instances
             self._last = {sid: t for sid, t in self._last.items() if sid in instances}
 
     async def make_room(self, endpoint_id: str) -> bool:
@@ -142,16 +143,16 @@ class SessionCap:
         if len(idle) < over:
             self.refused += 1
             return False
-        instances = self.manager._server_instances  # noqa: SLF001
+        instances = self.manager._server_instances
         for sid in idle[:over]:
             transport = instances.get(sid)
             if transport is not None:
-                await self.manager._discard_session(sid, transport)  # noqa: SLF001
+                await self.manager._discard_session(sid, transport)
             self._last.pop(sid, None)
             self.evicted += 1
         return True
 
-    def collect(self):  # noqa: ANN201
+    def collect(self):
         """Prometheus collector: register with `registry.register(cap)`."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -162,5 +163,5 @@ class SessionCap:
         yield CounterMetricFamily("switchboard_mcp_sessions_refused", "New MCP sessions refused: the endpoint "
                                   "was at its cap with every session busy.", value=self.refused)
 
-    def describe(self):  # noqa: ANN201
+    def describe(self):
         return []
