@@ -28,7 +28,7 @@ from mcp_support import ACCEPT
 from switchboard.core import endpoints, oauth
 from switchboard.core.secrets import sha256
 
-ACCESS_SECONDS = 3
+ACCESS_SECONDS = 8  # short, so the test sees a refresh; long enough that a slow machine does not expire it early
 
 
 @pytest.fixture(scope="module")
@@ -213,6 +213,8 @@ async def test_the_sdk_oauth_flow_end_to_end(server, browser):
     revoked = httpx.post(f"{base}/oauth/revoke", data={"token": second.access_token, "client_id": client.client_id,
                                                         "client_secret": client.client_secret})
     assert revoked.status_code == 200
+    assert server.sql("SELECT kind, revoked_at IS NOT NULL FROM oauth_tokens WHERE token_hash = %(h)s",
+                      {"h": sha256(second.access_token)}) == [("access", True)]
     await eventually_status(base, ep_a["slug"], second.access_token, 401, timeout=2)
     refused = httpx.post(f"{base}/oauth/token", data={
         "grant_type": "refresh_token", "refresh_token": second.refresh_token, "client_id": client.client_id,
