@@ -114,7 +114,8 @@ class Host:
                 await page.check(f"input[name=slug][value='{self.pick}']")
             await page.click("#sb-oauth-allow")
             query = parse_qs(urlsplit(await asyncio.wait_for(landed, 15)).query)
-        self.result = AuthorizationCodeResult(code=query["code"][0], state=query.get("state", [None])[0])
+        self.result = AuthorizationCodeResult(code=query["code"][0], state=query.get("state", [None])[0],
+                                              iss=query["iss"][0])  # RFC 9207, checked by the SDK
 
     async def code(self) -> AuthorizationCodeResult:
         assert self.result is not None
@@ -170,6 +171,7 @@ async def test_discovery_from_the_401(server):
     assert asm["registration_endpoint"] == f"{base}/oauth/register"
     assert asm["revocation_endpoint"] == f"{base}/oauth/revoke"
     assert asm["token_endpoint"] == f"{base}/oauth/token"
+    assert asm["authorization_response_iss_parameter_supported"] is True
 
 
 async def test_the_sdk_oauth_flow_end_to_end(server, browser):
@@ -381,7 +383,7 @@ async def test_consent_deny_foreign_endpoint_and_csrf(server, browser):
         await page.watch.assert_clean(page)
         await page.click("#sb-oauth-deny")  # reaching the host proves the page's CSP lets the form go there
         query = parse_qs(urlsplit(await asyncio.wait_for(landed, 15)).query)
-        assert query["error"] == ["access_denied"] and query["state"] == ["st"]
+        assert query["error"] == ["access_denied"] and query["state"] == ["st"] and query["iss"] == [base]
     assert oauth_rows(server) == before
 
 

@@ -347,8 +347,8 @@ class Consent:
             return _bad_request(board, request, who, "The app is not registered. Start again from your app.")
         redirect = pending["redirect_uri"]
         if form.get("decision") != "allow":
-            url = construct_redirect_uri(redirect, error="access_denied",
-                                         error_description="the human denied access", state=pending.get("state"))
+            url = construct_redirect_uri(redirect, error="access_denied", error_description="the human denied access",
+                                         state=pending.get("state"), iss=self.provider.base)
             return RedirectResponse(url, status_code=303, headers=NO_STORE)
         choices, problem = await self._live_endpoints(board, who, pending)
         if problem:
@@ -361,7 +361,7 @@ class Consent:
             redirect_uri=redirect, redirect_uri_explicit=bool(pending["explicit"]),
             code_challenge=pending["challenge"], scopes=list(pending["scopes"]),
             resource=f"{self.provider.base}/mcp/{chosen['slug']}", seconds=CODE_SECONDS)
-        url = construct_redirect_uri(redirect, code=code, state=pending.get("state"))
+        url = construct_redirect_uri(redirect, code=code, state=pending.get("state"), iss=self.provider.base)
         return RedirectResponse(url, status_code=303, headers=NO_STORE)
 
 
@@ -387,6 +387,7 @@ def component(runtime: Runtime) -> Component:
     metadata.registration_endpoint = _URL.validate_python(base + PATHS["register"])
     metadata.revocation_endpoint = _URL.validate_python(base + PATHS["revoke"])
     metadata.token_endpoint_auth_methods_supported = ["none", "client_secret_post", "client_secret_basic"]
+    metadata.authorization_response_iss_parameter_supported = True  # the consent's redirects name the issuer
     authenticator = HashedClientAuthenticator(provider)  # type: ignore[arg-type]
     consent = Consent(provider, signer)
 
