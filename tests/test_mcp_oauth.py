@@ -280,7 +280,7 @@ async def test_bad_input_is_refused_and_changes_nothing(server):
         assert refused.status_code == 302
         query = parse_qs(urlsplit(refused.headers["location"]).query)
         assert query["error"] == ["invalid_request"] and named in query["error_description"][0]
-        assert query["state"] == ["s1"]
+        assert query["state"] == ["s1"] and query["iss"] == [base]
     other = authorize(resource="https://elsewhere.example/mcp/x")
     assert parse_qs(urlsplit(other.headers["location"]).query)["error"] == ["invalid_target"]
     bad_reg = httpx.post(f"{base}/oauth/register", json={"redirect_uris": ["http://evil.example/cb"]})

@@ -398,6 +398,17 @@ def component(runtime: Runtime) -> Component:
             scopes_supported=[SCOPE], resource_name="Switchboard endpoint")
         return await ProtectedResourceMetadataHandler(document).handle(request)
 
+    authorization = AuthorizationHandler(provider)  # type: ignore[arg-type]
+    consent_prefix = f"{base}{PATHS['consent']}?"
+
+    async def authorize(request: Request) -> Response:
+        """The SDK's handler; its error redirects to the client gain the issuer too (RFC 9207)."""
+        response = await authorization.handle(request)
+        location = response.headers.get("location")
+        if response.status_code == 302 and location and not location.startswith(consent_prefix):
+            response.headers["location"] = construct_redirect_uri(location, iss=base)
+        return response
+
     @human_page
     async def consent_page(board: Board, request: Request, who: Any) -> Response:
         return await consent.page(board, request, who)
@@ -411,8 +422,7 @@ def component(runtime: Runtime) -> Component:
               cors_middleware(resource_metadata, ["GET", "OPTIONS"]), methods=["GET", "OPTIONS"]),
         Route("/.well-known/oauth-authorization-server",
               cors_middleware(MetadataHandler(metadata).handle, ["GET", "OPTIONS"]), methods=["GET", "OPTIONS"]),
-        Route(PATHS["authorize"], _limited(AuthorizationHandler(provider).handle),  # type: ignore[arg-type]
-              methods=["GET", "POST"]),
+        Route(PATHS["authorize"], _limited(authorize), methods=["GET", "POST"]),
         Route(PATHS["token"], _cors(_limited(TokenHandler(provider, authenticator).handle),  # type: ignore[arg-type]
                                     ["POST", "OPTIONS"]), methods=["POST", "OPTIONS"]),
         Route(PATHS["register"], _cors(_limited(RegistrationHandler(provider, registration).handle),  # type: ignore[arg-type]
