@@ -14,7 +14,8 @@ The MCP authorization specification's pieces, from the official SDK's server aut
   denies; CSRF-checked, served under the Board's CSP with `form-action` widened to the client's
   redirect origin only.
 
-PKCE with S256 is required (the SDK refuses a missing challenge or `plain`). A client secret, when a
+PKCE with S256 is required (the SDK refuses a missing challenge or `plain`); every redirect back to
+the client names the issuer (RFC 9207 `iss`); the sweep tick purges expired grants. A client secret, when a
 client registers for one, is stored as its SHA-256, so client authentication is `HashedClientAuthenticator`
 (the SDK's compares a stored plain secret). The authorization request travels from `/oauth/authorize`
 to the consent page signed (HMAC with the Board's secret, 10 minutes), so any serving process can
