@@ -30,6 +30,7 @@ UNKNOWN = {"slug": "nosuchslug00", "id": "td_00000000-0000-0000-0000-00000000000
            "key": "retention_max_age_days"}
 # A body each operation accepts, so a refusal is about the object and not the body.
 GOOD_BODIES = {"todo_push": {"title": "t", "queue": "build"}, "todo_input": {"payload": 1},
+               "todo_push_batch": {"todos": [{"title": "t", "queue": "build"}]},
                "hook_add": {"url": "http://127.0.0.1:9/h"}, "endpoint_vend": {"agent": "a"},
                "settings_set": {"value": 40}}
 

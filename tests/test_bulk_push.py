@@ -357,3 +357,17 @@ async def test_cli_push_from_file_locally_and_remotely(server, tmp_path, mode):
     assert foreign.returncode == unknown.returncode == 1 and foreign.stdout == unknown.stdout
     assert json.loads(foreign.stdout)["error"]["code"] == "not_found"
     assert await _count(uri, bob.endpoint_id) == 0
+
+
+async def test_payloads_are_stored_as_sent_and_sized_as_a_single_push_sizes_them(core):
+    agent = await vend(core, queues=["build"])
+    payloads = [None, {"a": [1, 2, "é"]}, "text", 0, [], {"nested": {"x": None}}]
+    out = await producer.push_many(core, agent.human, agent.slug, [{"title": f"p{i}", "payload": p}
+                                                                    for i, p in enumerate(payloads)])
+    single, _ = await producer.push(core, agent.human, agent.slug, title="one", payload={"a": [1, 2, "é"]})
+    assert out[1][0]["payload_size"] == single["payload_size"]
+    for (todo, _), p in zip(out, payloads):
+        row = (await sql(core, "SELECT payload FROM todos WHERE id = %s", (todo["id"],)))[0]
+        assert row["payload"] == p
+        assert todo["payload_size"] == (0 if p is None else len(json.dumps(p, separators=(",", ":"),
+                                                                            ensure_ascii=False).encode()))

@@ -34,7 +34,6 @@ from .harness import QUEUE, Clock, Database, Run, VerifyError, gather_workers
 
 LEASE_TTL = 1800
 POOL_MAX = 20  # the served app's pool (web/app.py); W=16 fits
-PRODUCERS = 8  # concurrent producers pushing one todo per call (there is no batch push yet)
 
 
 class Tenant:
@@ -104,7 +103,7 @@ class Tenant:
 class SwitchboardCore:
     key = "sb-core"
     label = "Switchboard core in process (`claim_next` + `complete`)"
-    enqueue_label = f"Switchboard, one `push` per todo (core producer, {PRODUCERS} concurrent producers)"
+    enqueue_label = "Switchboard bulk push (`producer.push_many`, 1,000 todos per statement)"
 
     def __init__(self) -> None:
         self.tenant: Tenant | None = None
@@ -115,16 +114,12 @@ class SwitchboardCore:
     async def setup(self, db: Database) -> None:
         self.tenant = await Tenant.open(db)
 
-    # EXTEND (bulk push): override with one call that pushes the n todos in batches.
     async def enqueue(self, n: int) -> float:
         t = self.tenant
-
-        async def producer_loop(first: int) -> None:
-            for i in range(first, n, PRODUCERS):
-                await producer.push(t.core, t.human, t.slug, title=f"job {i}", queue=QUEUE)
-
         t0 = time.perf_counter()
-        await gather_workers(producer_loop(p) for p in range(PRODUCERS))
+        for first in range(0, n, 1000):
+            await producer.push_many(t.core, t.human, t.slug, [{"title": f"job {i}", "queue": QUEUE}
+                                                               for i in range(first, min(n, first + 1000))])
         return time.perf_counter() - t0
 
     async def prepare(self, w: int) -> list:

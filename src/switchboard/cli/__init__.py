@@ -216,8 +216,8 @@ def _push_file(slug: str, path: str, user: Optional[str], as_json: bool, **singl
                    argument=given[0])
     lines = push_file.read_lines(path)
     be = backend(user)
-    push_file.check(lines, be.endpoint_show(slug)["endpoint"]["queues"])
-    out = push_file.merge(be.todo_push_many(slug, push_file.batches([v for _, v in lines])))
+    out = push_file.merge(be.todo_push_many(slug, push_file.batches([v for _, v in lines]),
+                                            lambda queues: push_file.check(lines, queues)))
     emit(out, as_json, lambda o: typer.echo(f"{o['created']} created, {o['existing']} existing"))
 
 

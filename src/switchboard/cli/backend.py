@@ -9,7 +9,7 @@ as them: `--user` is refused there.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import remote
 from .common import fail, fail_usage, human, run, settings
@@ -102,12 +102,15 @@ class Local:
         todo, created = run(work)
         return {"todo": todo, "created": created}
 
-    def todo_push_many(self, slug: str, batches: list[list[dict]]) -> list[dict]:
-        """One statement per batch, in one process run; each answer is a batch's `todos:batch` reply."""
+    def todo_push_many(self, slug: str, batches: list[list[dict]], check: Callable[[list[str]], None]) -> list[dict]:
+        """`check(queues)` with the endpoint's queues first, then one statement per batch, all in one
+        process run; each answer is a batch's `todos:batch` reply."""
         from ..core import producer
+        from ..core.endpoints import get_for_human
 
         async def work(core):
             h = await human(core, self.user)
+            check(list((await get_for_human(core, h, slug))["scope_queues"]))
             return [producer.batch_reply(await producer.push_many(core, h, slug, batch)) for batch in batches]
 
         return run(work)
@@ -268,7 +271,8 @@ class Remote:
     def todo_push(self, slug: str, **fields: Any) -> dict:
         return self.api.post(f"/endpoints/{remote.seg(slug)}/todos", _given(**fields))
 
-    def todo_push_many(self, slug: str, batches: list[list[dict]]) -> list[dict]:
+    def todo_push_many(self, slug: str, batches: list[list[dict]], check: Callable[[list[str]], None]) -> list[dict]:
+        check(self.api.get(f"/endpoints/{remote.seg(slug)}")["endpoint"]["queues"])
         return [self.api.post(f"/endpoints/{remote.seg(slug)}/todos:batch", {"todos": batch}) for batch in batches]
 
     def todo_list(self, slug: str | None, *, state: str | None, queue: str | None, dead_letter: bool,

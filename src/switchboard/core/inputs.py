@@ -53,6 +53,7 @@ _QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,%d}" % (QUEUE_MAX_CHARS - 1))
 _CONTROL = {"Cc", "Cf", "Cs", "Co", "Cn"}
 # C0 controls and DEL, except tab, newline and carriage return: never part of a title, key or label.
 _BAD_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _IDENT_BAD = re.compile(r"[\x00-\x20\x7f\ud800-\udfff]")
 
 
@@ -178,7 +179,7 @@ def text(value: object, argument: str, *, max_chars: int, required: bool = False
         return None
     if not isinstance(value, str):
         raise Invalid(f"{argument} must be a string", argument=argument)
-    if "\x00" in value or any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
+    if "\x00" in value or _SURROGATE.search(value):
         raise Invalid(f"{argument} must be valid UTF-8 text", argument=argument)
     if len(value) > max_chars:
         raise Invalid(f"{argument} must be at most {max_chars} characters", argument=argument)

@@ -3,6 +3,8 @@ active, and the queue one of its granted queues."""
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 
 from . import events, inputs, shapes, todos
@@ -51,10 +53,12 @@ def _item(raw: object, queues: list[str], default_max_attempts: int) -> dict:
         name = "".join(ch if ch.isprintable() else "?" for ch in unknown[0][:64])
         raise Invalid(f"unknown field {name}", argument=name)
     payload = raw.get("payload")
+    payload_text = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
     return {
         "queue": _endpoint_queue(raw.get("queue"), queues),
         "title": inputs.text(raw.get("title"), "title", max_chars=inputs.TITLE_MAX_CHARS, required=True),
-        "payload": inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES),
+        "payload": payload if payload_text is not None else None,
+        "payload_size": len(payload_text.encode("utf-8")) if payload_text is not None else 0,
         "kind": inputs.text(raw.get("kind"), "kind", max_chars=inputs.KIND_MAX_CHARS),
         "key": inputs.text(raw.get("key"), "key", max_chars=inputs.KEY_MAX_CHARS),
         "assignee": inputs.text(raw.get("assignee"), "assignee", max_chars=inputs.ASSIGNEE_MAX_CHARS),
@@ -115,30 +119,22 @@ async def push_many(core: Core, human: HumanCaller, slug: str, items: object, *,
         send.append(i)
 
     answers: dict[int, tuple[dict, bool]] = {}
-    created_rows: list[dict] = []
-    for round_ in range(2):
-        rows = await _create_batch(core, endpoint["id"], source, [(i, checked[i]) for i in send])
-        for i, row in rows:
-            answers[i] = (row, row["batch_created"])
+    created: list[events.Event] = []
+    for _ in range(2):
+        for i, row, todo in await _create_batch(core, endpoint["id"], source, [(i, checked[i]) for i in send]):
+            answers[i] = (todo, row["batch_created"])
             if row["batch_created"]:
-                created_rows.append(row)
+                created.append(events.Event(verb="create", todo=todo, endpoint_id=str(row["endpoint_id"]),
+                                            queue=row["queue"], ready="created", source=source))
         send = [i for i in send if i not in answers]
         if not send:
             break
+    if created:
+        await core.bus.publish(*created)
     if send:  # a duplicate kept finishing between our statements
-        if created_rows:
-            await core.bus.publish(*(events.build("create", r, ready="created", source=source) for r in created_rows))
         raise Conflict("a todo with one of these keys is changing state; try again", op="create")
-
-    await core.bus.publish(*(events.build("create", r, ready="created", source=source) for r in created_rows))
-    out: list[tuple[dict, bool]] = []
-    for i in range(len(checked)):
-        if i in same_as:
-            out.append((shapes.compact(answers[same_as[i]][0]), False))
-        else:
-            row, created = answers[i]
-            out.append((shapes.compact(row), created))
-    return out
+    return [(answers[same_as.get(i, i)][0], False if i in same_as else answers[i][1])
+            for i in range(len(checked))]
 
 
 def batch_reply(results: list[tuple[dict, bool]]) -> dict:
@@ -148,21 +144,15 @@ def batch_reply(results: list[tuple[dict, bool]]) -> dict:
             "existing": len(results) - created}
 
 
-async def _create_batch(core: Core, endpoint_id, source: str,
-                        items: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
-    """Run `producer.create_batch` for `items` ((input index, checked item)); answers (index, row)
-    for the items inserted or found as live duplicates."""
-    params = {
-        "endpoint_id": endpoint_id, "source": source,
-        "ids": [todos.new_todo_id() for _ in items],
-        "queues": [it["queue"] for _, it in items],
-        "kinds": [it["kind"] for _, it in items],
-        "titles": [it["title"] for _, it in items],
-        "payloads": [it["payload"] for _, it in items],
-        "keys": [it["key"] for _, it in items],
-        "assignees": [it["assignee"] for _, it in items],
-        "max_attempts": [it["max_attempts"] for _, it in items],
-    }
+async def _create_batch(core: Core, endpoint_id, source: str,  # noqa: ANN001
+                        items: list[tuple[int, dict]]) -> list[tuple[int, dict, dict]]:
+    """Run `producer.create_batch` for `items` ((input index, checked item)); answers (index, row,
+    compact todo) for the items inserted or found as live duplicates."""
+    sent = [{"ord": n, "id": todos.new_todo_id(), "queue": it["queue"], "kind": it["kind"], "title": it["title"],
+             "payload": it["payload"], "key": it["key"], "assignee": it["assignee"],
+             "max_attempts": it["max_attempts"]} for n, (_, it) in enumerate(items, start=1)]
+    params = {"endpoint_id": endpoint_id, "source": source,
+              "items": json.dumps(sent, separators=(",", ":"), ensure_ascii=False)}
     conn = await core.pool.getconn()
     try:
         try:
@@ -172,4 +162,11 @@ async def _create_batch(core: Core, endpoint_id, source: str,
         rows = await cur.fetchall()
     finally:
         await core.pool.putconn(conn)
-    return [(items[row["batch_ord"] - 1][0], row) for row in rows]
+    out = []
+    for row in rows:
+        index, item = items[row["batch_ord"] - 1]
+        todo = shapes.compact(row)
+        if row["batch_created"]:
+            todo["payload_size"] = item["payload_size"]  # what was sent, without reading it back
+        out.append((index, row, todo))
+    return out
