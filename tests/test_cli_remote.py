@@ -343,3 +343,14 @@ def test_an_unreachable_server_is_one_line_exit_1(config_home):
     assert len(lines) == 1 and lines[0].startswith(f"error: cannot reach the server at {url}")
     as_json = sb(env, "endpoint", "list", "--json")
     assert as_json.returncode == 1 and json.loads(as_json.stdout)["error"]["code"] == "unavailable"
+
+
+def test_help_says_where_commands_act(config_home):
+    env = _env(config_home, SWITCHBOARD_DATABASE_URL=NOWHERE_DB)
+    top = sb(env, "--help")
+    text = " ".join(top.stdout.replace("│", " ").split())
+    assert top.returncode == 0
+    assert "SWITCHBOARD_URL" in text and "switchboard login URL" in text and "local-admin act" in text
+    assert "this machine's database as its operator" in text
+    option = " ".join(sb(env, "todo", "show", "--help").stdout.replace("│", " ").split())
+    assert "Local-admin act" in option and "without their credential" in option

@@ -9,13 +9,13 @@ as them: `--user` is refused there.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from . import remote
 from .common import fail, fail_usage, human, run, settings
 
 
-def backend(user: Optional[str] = None) -> "Local | Remote":
+def backend(user: str | None = None) -> Local | Remote:
     server = remote.configured()
     if server is None:
         return Local(user)
@@ -46,7 +46,7 @@ def _given(**fields: Any) -> dict:
 class Local:
     """The core on this machine's database, as `--user` (default `SWITCHBOARD_USER`)."""
 
-    def __init__(self, user: Optional[str]) -> None:
+    def __init__(self, user: str | None) -> None:
         self.user = user
 
     def _mcp_url(self, slug: str) -> str:
