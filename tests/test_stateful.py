@@ -85,13 +85,22 @@ class QueueMachine(RuleBasedStateMachine):
         return {"own": f"e{own}", "own_other_session": f"e{own}b", "own_human": f"h{own}",
                 "foreign": f"e{other}", "foreign_human": f"h{other}"}[role]
 
+    def _revoked_endpoint(self, actor: str) -> bool:
+        return actor.startswith("e") and SIDE[actor] in self.revoked
+
     def call(self, actor: str, t: str, make):
         """Run one core call as `actor` on todo `t` and apply the model's rules of refusal."""
         foreign = SIDE[actor] != self.side_of[t]
+        revoked = self._revoked_endpoint(actor)
         try:
             out = self.run(make())
         except CoreError as exc:
             self.counts["refused"] += 1
+            if revoked and exc.code == "unauthorized":
+                # The statement itself refused the revoked endpoint. A statement that reads no row
+                # before its miss is classified answers as it would for a live caller below: after
+                # the cascade every todo of a revoked endpoint is a dead letter, so nothing changes.
+                return None, exc
             assert exc.code in REFUSALS, exc
             if foreign:
                 assert exc.code == "not_found", (actor, exc)
@@ -100,6 +109,7 @@ class QueueMachine(RuleBasedStateMachine):
             return None, exc
         self.counts["ok"] += 1
         assert not foreign, f"{actor} changed or read a todo of side {self.side_of[t]}"
+        assert not revoked, f"{actor} acted after its endpoint was revoked"
         return out, None
 
     # ------------------------------------------------------------------------------------- setup
@@ -140,8 +150,13 @@ class QueueMachine(RuleBasedStateMachine):
     def claim_next(self, actor, fence):
         try:
             out = self.run(todos.claim_next(self.core, self.callers[actor], require_fence=fence))
-        except CoreError as exc:  # only a planted second open attempt could do this; none is planted
+        except CoreError as exc:
+            # A revoked endpoint is refused by the statement itself; nothing else refuses claim_next
+            # (only a planted second open attempt could, and none is planted).
+            if self._revoked_endpoint(actor) and exc.code == "unauthorized":
+                return
             raise AssertionError(exc) from exc
+        assert not self._revoked_endpoint(actor), "a revoked endpoint claimed"
         if out is not None:
             self.counts["ok"] += 1
             t = out.todo["id"]
