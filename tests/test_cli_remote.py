@@ -354,3 +354,16 @@ def test_help_says_where_commands_act(config_home):
     assert "this machine's database as its operator" in text
     option = " ".join(sb(env, "todo", "show", "--help").stdout.replace("│", " ").split())
     assert "Local-admin act" in option and "without their credential" in option
+
+
+def test_the_relays_environment_names_the_same_server(server, config_home):
+    """docs/relay.md exports SWITCHBOARD_URL as an endpoint's MCP URL and the human token as
+    SWITCHBOARD_API_TOKEN: queue commands in that shell go to the same server as that human."""
+    srv, _ = server
+    a = World(server, config_home, remote=True)
+    ep = a.ok("endpoint", "vend", "--agent", "relay")
+    env = _env(config_home, SWITCHBOARD_DATABASE_URL=NOWHERE_DB, SWITCHBOARD_URL=ep["mcp_url"],
+               SWITCHBOARD_API_TOKEN=a.token)
+    listed = sb(env, "endpoint", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [e["slug"] for e in json.loads(listed.stdout)["endpoints"]] == [ep["slug"]]

@@ -28,6 +28,7 @@ import platformdirs
 from .common import EXIT_REFUSED, fail, fail_usage
 
 URL_ENV, TOKEN_ENV = "SWITCHBOARD_URL", "SWITCHBOARD_TOKEN"
+RELAY_TOKEN_ENV = "SWITCHBOARD_API_TOKEN"  # the relay's name for the same human token (docs/relay.md)
 LOGIN_FILE = "remote.json"
 TIMEOUT_SECONDS = 30.0
 
@@ -95,8 +96,9 @@ def configured() -> Server | None:
     """The remote server the CLI speaks to, or None for this machine's database."""
     env_url = os.environ.get(URL_ENV, "").strip()
     if env_url:
-        url = base_url(env_url)
-        token = os.environ.get(TOKEN_ENV, "").strip()
+        # The relay takes an endpoint's MCP URL in the same variable: its server is the part before /mcp/.
+        url = base_url(env_url.split("/mcp/", 1)[0])
+        token = os.environ.get(TOKEN_ENV, "").strip() or os.environ.get(RELAY_TOKEN_ENV, "").strip()
         if token:
             return Server(url, token, "environment")
         saved = read_login()
