@@ -5,6 +5,7 @@ against a server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -371,3 +372,22 @@ async def test_payloads_are_stored_as_sent_and_sized_as_a_single_push_sizes_them
         assert row["payload"] == p
         assert todo["payload_size"] == (0 if p is None else len(json.dumps(p, separators=(",", ":"),
                                                                             ensure_ascii=False).encode()))
+
+
+async def test_a_live_session_is_rung_once_per_queue_for_a_batch(server):
+    """The doorbell of a live SDK session (session era, channel and resource subscriptions): a
+    500-todo batch over two queues rings it once per queue, naming the batch's first todo there."""
+    from conftest import core_for
+    from test_doorbell import ringing, stream_open
+
+    srv, uri = server
+    async with core_for(uri) as c:
+        agent = await vend(c, f"bell{uuid.uuid4().hex[:6]}", queues=["build", "deploy"])
+        uris = ("switchboard://queues/build", "switchboard://queues/deploy")
+        async with ringing(srv.url, agent, subscribe=uris) as (_, inbox):
+            await stream_open(srv, inbox)
+            out = await producer.push_many(c, agent.human, agent.slug, items(500, queues=("build", "deploy")))
+            await inbox.wait(lambda: len(inbox.channel) >= 2 and len(inbox.updated) >= 2)
+            await asyncio.sleep(1.0)  # anything more would arrive now
+    assert sorted(inbox.updated) == sorted(uris)
+    assert sorted(p.meta["todo_id"] for p in inbox.channel) == sorted([out[0][0]["id"], out[1][0]["id"]])
