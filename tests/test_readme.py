@@ -49,8 +49,8 @@ def _tour(tmp_path: Path) -> None:
 
 
 def test_the_tour_files_are_ignored_and_no_credential_is_written_into_a_config():
-    written = set(re.findall(r"> (\S+\.json)(?!\S)", _block_after("## A tour from the command line")))
-    assert written == {"endpoint.json", "todo.json"}
+    written = set(re.findall(r"> (\S+\.jsonl?)(?!\S)", _block_after("## A tour from the command line")))
+    assert written == {"endpoint.json", "todo.json", "todos.jsonl"}
     ignored = subprocess.run(["git", "check-ignore", *sorted(written)], cwd=ROOT, capture_output=True, text=True)
     assert ignored.returncode == 0 and ignored.stdout.split() == sorted(written), ignored.stdout
     text = (ROOT / "README.md").read_text()
