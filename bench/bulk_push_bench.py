@@ -35,13 +35,12 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from store_bench import Databases, ServerCpu, loadavg, machine_info, postgres_server, server_facts  # noqa: E402
-
-from switchboard.config import load_settings  # noqa: E402
-from switchboard.core import endpoints, humans, producer  # noqa: E402
-from switchboard.core.models import Core  # noqa: E402
-from switchboard.db.listen import READY_CHANNEL  # noqa: E402
-from switchboard.db.pool import open_pool  # noqa: E402
+from store_bench import Databases, ServerCpu, loadavg, machine_info, postgres_server, server_facts
+from switchboard.config import load_settings
+from switchboard.core import endpoints, humans, producer
+from switchboard.core.models import Core
+from switchboard.db.listen import READY_CHANNEL
+from switchboard.db.pool import open_pool
 
 QUEUES = ("bulk-a", "bulk-b")
 
@@ -52,7 +51,7 @@ def todo_items(n: int, *, keys: bool) -> list[dict]:
              **({"key": f"{tag}-{i}"} if keys else {})} for i in range(n)]
 
 
-async def run_variant(core: Core, human, slug: str, variant: str, workers: int, batch: int,  # noqa: ANN001
+async def run_variant(core: Core, human, slug: str, variant: str, workers: int, batch: int,
                       seconds: float) -> int:
     deadline = time.perf_counter() + seconds
 
@@ -72,7 +71,7 @@ async def run_variant(core: Core, human, slug: str, variant: str, workers: int, 
             done += len(results)
         return done
 
-    def one():  # noqa: ANN202
+    def one():
         return single() if variant == "single" else bulk(variant == "bulk")
 
     return sum(await asyncio.gather(*(one() for _ in range(workers))))

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from mcp_support import vend
 
+from mcp_support import vend
 from switchboard.core import hooks, producer
 from switchboard.core.errors import Invalid, NotFound
 from switchboard.db.listen import READY_CHANNEL
@@ -58,7 +58,7 @@ async def test_a_thousand_todos_in_one_call_in_input_order(core):
                      (agent.endpoint_id,))
     assert len(rows) == 1000 and {r["state"] for r in rows} == {"pending"} and {r["source"] for r in rows} == {"api"}
     by_id = {r["id"]: r for r in rows}
-    for (todo, _), item in zip(results, batch):
+    for (todo, _), item in zip(results, batch, strict=True):
         assert by_id[todo["id"]]["payload"] == item["payload"]
         assert by_id[todo["id"]]["idempotency_key"] == item["key"]
 
@@ -230,7 +230,6 @@ def server(pg_server):
 
 async def _api_world(uri: str):
     from conftest import core_for
-
     from switchboard.core import api_tokens
 
     async with core_for(uri) as c:
@@ -262,8 +261,10 @@ async def test_the_batch_route_pushes_answers_in_order_and_is_idempotent(server)
     assert await _count(uri, alice.endpoint_id) == 1000
 
     # A bad item: invalid naming index and field, nothing pushed (the API's models or the core).
-    for bad, argument in (({"title": 5, "queue": "build"}, "todos[3].title"), ({"colour": "red", "title": "t"}, "todos[3].colour"),
-                          ({"title": "a\x01b", "queue": "build"}, "todos[3].title"), ({"title": "t", "queue": "nope"}, "todos[3].queue")):
+    for bad, argument in (({"title": 5, "queue": "build"}, "todos[3].title"),
+                          ({"colour": "red", "title": "t"}, "todos[3].colour"),
+                          ({"title": "a\x01b", "queue": "build"}, "todos[3].title"),
+                          ({"title": "t", "queue": "nope"}, "todos[3].queue")):
         fresh = items(5, key="fresh")
         fresh[3] = bad
         r = http.post(f"/endpoints/{alice.slug}/todos:batch", json={"todos": fresh})
@@ -367,7 +368,7 @@ async def test_payloads_are_stored_as_sent_and_sized_as_a_single_push_sizes_them
                                                                     for i, p in enumerate(payloads)])
     single, _ = await producer.push(core, agent.human, agent.slug, title="one", payload={"a": [1, 2, "é"]})
     assert out[1][0]["payload_size"] == single["payload_size"]
-    for (todo, _), p in zip(out, payloads):
+    for (todo, _), p in zip(out, payloads, strict=True):
         row = (await sql(core, "SELECT payload FROM todos WHERE id = %s", (todo["id"],)))[0]
         assert row["payload"] == p
         assert todo["payload_size"] == (0 if p is None else len(json.dumps(p, separators=(",", ":"),

@@ -144,7 +144,7 @@ def batch_reply(results: list[tuple[dict, bool]]) -> dict:
             "existing": len(results) - created}
 
 
-async def _create_batch(core: Core, endpoint_id, source: str,  # noqa: ANN001
+async def _create_batch(core: Core, endpoint_id, source: str,
                         items: list[tuple[int, dict]]) -> list[tuple[int, dict, dict]]:
     """Run `producer.create_batch` for `items` ((input index, checked item)); answers (index, row,
     compact todo) for the items inserted or found as live duplicates."""
