@@ -13,7 +13,7 @@ import pytest_asyncio
 
 from conftest import clean_database, core_for, create_database
 from core_world import check, sql
-from switchboard.core import endpoints, humans, todos
+from switchboard.core import endpoints, humans, producer, todos
 from switchboard.core.errors import Invalid
 
 ROUNDS = 200
@@ -73,4 +73,34 @@ async def test_push_racing_revoke_never_leaves_a_pending_todo_on_a_revoked_endpo
             assert row["state"] == "failed" and row["next_retry_at"] is None, (i, row)
             outcomes["dead_lettered"] += 1
     assert outcomes["refused"] + outcomes["dead_lettered"] == ROUNDS * 3
+    assert await check(core) == []
+
+
+async def test_bulk_push_on_a_revoked_endpoint_is_refused(rcore):
+    core = rcore
+    h = await humans.add(core, f"h-{uuid.uuid4().hex[:6]}")
+    ep, _ = await endpoints.vend(core, h, agent="a", queues=["inbox"])
+    # The surface's check passed before the revocation landed: the statement itself must refuse.
+    await sql(core, "UPDATE endpoints SET state = 'revoked', revoked_at = now() WHERE id = %s",
+              (ep["endpoint_id"],))
+    made = await producer._create_batch(core, uuid.UUID(ep["endpoint_id"]), "operator", [
+        (0, {"queue": "inbox", "kind": None, "title": "late", "payload": None, "key": None,
+             "assignee": None, "max_attempts": 5, "payload_size": 0})])
+    assert made == []
+    assert await sql(core, "SELECT id FROM todos WHERE endpoint_id = %s", (ep["endpoint_id"],)) == []
+
+
+async def test_bulk_push_racing_revoke_never_leaves_a_pending_todo(rcore):
+    core = rcore
+    h = await humans.add(core, f"h-{uuid.uuid4().hex[:6]}")
+    for i in range(ROUNDS // 2):
+        ep, _ = await endpoints.vend(core, h, agent=f"b{i}", queues=["inbox"])
+        items = [{"title": f"b{i}-{j}"} for j in range(5)]
+        results = await asyncio.gather(endpoints.revoke(core, h, ep["slug"]),
+                                       producer.push_many(core, h, ep["slug"], items),
+                                       return_exceptions=True)
+        assert isinstance(results[1], (list, Invalid)), results[1]
+        rows = await sql(core, "SELECT state, next_retry_at FROM todos WHERE endpoint_id = %s",
+                         (ep["endpoint_id"],))
+        assert all(r["state"] == "failed" and r["next_retry_at"] is None for r in rows), (i, rows)
     assert await check(core) == []

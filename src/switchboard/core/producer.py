@@ -129,6 +129,7 @@ async def push_many(core: Core, human: HumanCaller, slug: str, items: object, *,
         send = [i for i in send if i not in answers]
         if not send:
             break
+        await todos.require_live_endpoint(core, endpoint["id"])
     if created:
         await core.bus.publish(*created)
     if send:  # a duplicate kept finishing between our statements

@@ -126,7 +126,7 @@ async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: str, 
         existing = await _one(core, Q.todos.find_live_duplicate, params)
         if existing is not None:
             return shapes.full(existing), False
-        await _endpoint_takes_todos(core, endpoint_id)
+        await require_live_endpoint(core, endpoint_id)
         # The duplicate finished between the two statements: try once more.
         row = await _one(core, Q.todos.create, params)
         if row is None:
@@ -135,8 +135,8 @@ async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: str, 
     return shapes.full(row), True
 
 
-async def _endpoint_takes_todos(core: Core, endpoint_id: uuid.UUID) -> None:
-    """Why `create` inserted nothing when no duplicate holds the key: the endpoint is gone or not live."""
+async def require_live_endpoint(core: Core, endpoint_id: uuid.UUID) -> None:
+    """Why a push inserted nothing when no duplicate holds the key: the endpoint is gone or not live."""
     row = await _one(core, Q.todos.endpoint_state, {"endpoint_id": endpoint_id})
     if row is None:
         raise NotFound("endpoint not found", argument="endpoint_id", op="create")

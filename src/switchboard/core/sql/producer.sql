@@ -9,7 +9,13 @@
 -- call (the caller folds repeats onto their first item). Only the columns of the compact shape come
 -- back, and the payload only for existing todos (the caller knows the size of what it sent). The
 -- statement-level trigger of migration 0014 sends one wake-up per queue for the rows inserted here.
-WITH input AS (
+WITH live AS (
+    -- As in todos.create: only while the endpoint is live, its row share-locked until commit, so a
+    -- revocation either waits for this batch and dead-letters it or commits first and nothing is made.
+    SELECT e.id FROM endpoints e
+     WHERE e.id = %(endpoint_id)s AND e.state = 'active' AND (e.expires_at IS NULL OR e.expires_at > now())
+       FOR SHARE
+), input AS (
     SELECT *
       FROM jsonb_to_recordset(%(items)s::jsonb)
            AS i(ord int, id text, queue text, kind text, title text, payload jsonb, key text, assignee text,
@@ -17,9 +23,9 @@ WITH input AS (
 ), made AS (
     INSERT INTO todos (id, endpoint_id, queue, source, kind, title, payload, idempotency_key, assignee,
                        max_attempts)
-    SELECT i.id, %(endpoint_id)s, i.queue, %(source)s, i.kind, i.title, i.payload, i.key, i.assignee,
+    SELECT i.id, live.id, i.queue, %(source)s, i.kind, i.title, i.payload, i.key, i.assignee,
            i.max_attempts
-      FROM input i
+      FROM input i CROSS JOIN live
      ORDER BY i.ord
     ON CONFLICT (endpoint_id, idempotency_key)
        WHERE idempotency_key IS NOT NULL AND state NOT IN ('done', 'canceled')
