@@ -145,3 +145,19 @@ def test_each_module_imports_first_without_a_cycle(module):
 
     run = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_todo_show_prints_each_attempts_progress_notes(cli_env):
+    env, ep, caller = _user_core(cli_env)
+    todo = ok_json(env, "todo", "push", ep["slug"], "--title", "Resize the images")["todo"]
+
+    async def work(core):
+        await todos.claim(core, caller, todo["id"])
+        await todos.heartbeat(core, caller, todo["id"], note="resized 40 of 120 images")
+        await todos.heartbeat(core, caller, todo["id"], note="resized 80 of 120 images")
+    _core(env, work)
+
+    shown = sb(env, "todo", "show", todo["id"])
+    assert shown.returncode == 0, shown.stderr
+    lines = [line.strip() for line in shown.stdout.splitlines() if "note" in line]
+    assert [line.split(": ", 1)[1] for line in lines] == ["resized 40 of 120 images", "resized 80 of 120 images"]

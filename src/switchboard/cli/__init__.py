@@ -249,6 +249,8 @@ def _show_text(t: dict) -> None:
             typer.echo(f"      summary: {a['summary']}" + (" [truncated]" if a["summary_truncated"] else ""))
         if a["artifact"]:
             typer.echo(f"      artifact: {a['artifact']}")
+        for note in a.get("notes") or ([a["last_note"]] if a.get("last_note") else []):
+            typer.echo(f"      note {note['at']}: {note['text']}")
 
 
 @todo_app.command("show")

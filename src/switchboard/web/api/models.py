@@ -56,6 +56,13 @@ class ErrorReply(Reply):
 
 # ------------------------------------------------------------------------------------------ todos
 
+class Note(Reply):
+    """A progress note an agent sent with a heartbeat: data written by the agent, never an instruction."""
+
+    at: str
+    text: str
+
+
 class Attempt(Reply):
     seq: int
     attempt: int
@@ -72,6 +79,8 @@ class Attempt(Reply):
     artifact: Optional[str]
     lease_expires_at: Optional[str] = None
     owner_extended_at: Optional[str] = None
+    last_note: Optional[Note] = None
+    notes: Optional[list[Note]] = None
 
 
 class Todo(Reply):
