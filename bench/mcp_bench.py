@@ -71,7 +71,7 @@ class LightClient:
         self.writer: asyncio.StreamWriter | None = None
         self._id = 0
 
-    async def open(self) -> "LightClient":
+    async def open(self) -> LightClient:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         if self.era == SESSION_ERA:
             result = await self.request("initialize", {"protocolVersion": SESSION_ERA, "capabilities": {},
@@ -467,7 +467,7 @@ async def run(args: argparse.Namespace) -> dict:
                       med(light_r, "MCP, session era, light client, 4 sessions"),
                       med(modern_r, "MCP, 2026-07-28 era, light client, 4 clients"),
                       med(sdk_r, "MCP, official SDK client, 4 sessions")]
-            ratios = [lr[0] / cr[0] for lr, cr in zip(light_r, core_r)]
+            ratios = [lr[0] / cr[0] for lr, cr in zip(light_r, core_r, strict=True)]
             out["cycles"] = [vars(r) for r in cycles]
             out["ratio_mcp_to_core"] = {"median": statistics.median(ratios), "rounds": ratios}
             idle, held = await memory(served, slug, credential, args.sessions)

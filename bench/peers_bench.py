@@ -34,7 +34,6 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
 import store_bench  # noqa: E402  the PostgreSQL server helper, machine facts, server CPU
-
 from peers import harness, registry  # noqa: E402
 
 SECTION = "## Peers"
@@ -59,7 +58,8 @@ class ServerCpu(store_bench.ServerCpu):
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--jobs", type=int, default=None, help="no-op jobs per measurement (default 5000; 1000 with --quick)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="no-op jobs per measurement (default 5000; 1000 with --quick)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; 1 with --quick)")
     p.add_argument("--workers", default="1,4,16", help="worker counts, comma-separated (default 1,4,16)")
     p.add_argument("--systems", default=None,

@@ -184,7 +184,7 @@ class LightConn:
         t0 = time.time()
         try:
             r = await self.http.post(self.url, content=json.dumps(msg), headers=headers)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise classify_exception(exc) from None
         extra = {"body": r.text[:300]} if r.status_code >= 500 else {}  # for the diagnosis of a server error
         self.log(e="http", g=self.gen, m=method, t0=t0, t1=time.time(), s=r.status_code, **extra)
@@ -225,10 +225,10 @@ class SdkConn:
         self.sent: dict[int, float] = {}
         self.last_status = 0
 
-    async def _on_request(self, request) -> None:  # noqa: ANN001
+    async def _on_request(self, request) -> None:
         self.sent[id(request)] = time.time()
 
-    async def _on_response(self, response) -> None:  # noqa: ANN001
+    async def _on_response(self, response) -> None:
         request = response.request
         t0 = self.sent.pop(id(request), time.time())
         self.last_status = response.status_code
@@ -236,7 +236,7 @@ class SdkConn:
             return
         try:
             method = json.loads(request.content).get("method", "?")
-        except Exception:  # noqa: BLE001
+        except Exception:
             method = "?"
         self.log(e="http", g=self.gen, m=method, t0=t0, t1=time.time(), s=response.status_code)
 
@@ -254,7 +254,7 @@ class SdkConn:
             async with asyncio.timeout(CALL_TIMEOUT):
                 self.client = await self.stack.enter_async_context(
                     Client(streamable_http_client(self.url, http_client=http), mode=mode))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise self._failure(exc) from None
 
     def _failure(self, exc: BaseException) -> Exception:
@@ -272,7 +272,7 @@ class SdkConn:
         try:
             async with asyncio.timeout(CALL_TIMEOUT):
                 result = await self.client.call_tool(tool, arguments)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise self._failure(exc) from None
         if self.last_status in (401, 403):
             raise Refused(str(self.last_status))
@@ -291,7 +291,7 @@ class Held:
 
 
 class Agent:
-    def __init__(self, host: "Host", spec: dict) -> None:
+    def __init__(self, host: Host, spec: dict) -> None:
         self.host, self.name, self.kind, self.lane = host, spec["name"], spec["kind"], spec["lane"]
         self.server = spec["server"]
         self.held: Held | None = None
@@ -335,13 +335,13 @@ class Agent:
             except Broken:
                 self.server += 1  # try the next process
                 await asyncio.sleep(self.rng.uniform(0.2, 0.6))
-            except Exception as exc:  # noqa: BLE001  (a surprise from a client library: count it, go on)
+            except Exception as exc:
                 self.log(e="call", g=lane["gen"], tool="session", t0=time.time(), t1=time.time(),
                          r=f"x:error:{type(exc).__name__}")
                 self.server += 1
                 await asyncio.sleep(self.rng.uniform(0.2, 0.6))
 
-    async def connected(self, conn, lane: dict) -> None:  # noqa: ANN001
+    async def connected(self, conn, lane: dict) -> None:
         try:
             try:
                 await conn.open()
@@ -355,7 +355,7 @@ class Agent:
         finally:
             await conn.close()
 
-    async def call(self, conn, lane: dict, tool: str, args: dict, claimant: str | None) -> dict:  # noqa: ANN001
+    async def call(self, conn, lane: dict, tool: str, args: dict, claimant: str | None) -> dict:
         t0 = time.time()
         self.log(e="send", g=lane["gen"], tool=tool, c=claimant, t0=t0)  # a kill mid-call leaves this behind
         try:
@@ -363,7 +363,7 @@ class Agent:
                 got = await conn.call(tool, args)
             except (Refused, Broken):
                 raise
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise classify_exception(exc) from None
         except Refused as exc:
             self.log(e="call", g=lane["gen"], tool=tool, c=claimant, t0=t0, t1=time.time(), r=f"refused:{exc}")
@@ -389,7 +389,7 @@ class Agent:
             raise Refused(r)  # an open session told its credential was revoked: fetch the new one
         return got
 
-    async def loop(self, conn, lane: dict) -> None:  # noqa: ANN001
+    async def loop(self, conn, lane: dict) -> None:
         cfg = self.host.cfg
         ttl = cfg["lease_ttl"]
         while True:
@@ -414,7 +414,7 @@ class Agent:
             self.held = Held(got["todo"]["id"], got["lease_token"], claimant, got["attempt_seq"], work, verb,
                              time.monotonic())
 
-    async def work(self, conn, lane: dict) -> None:  # noqa: ANN001
+    async def work(self, conn, lane: dict) -> None:
         """Work on the held todo with heartbeats, then report. A conflict means the lease is gone."""
         h = self.held
         ttl = self.host.cfg["lease_ttl"]
@@ -447,6 +447,7 @@ class Host:
         self.log = JsonLines(Path(cfg["log"]))
         self.lanes = {int(k): v for k, v in cfg["lanes"].items()}
         self.lane_events: dict[int, asyncio.Event] = defaultdict(asyncio.Event)
+        self.background: set[asyncio.Task] = set()  # tasks started and not awaited, kept referenced
         self.stopping = asyncio.Event()
         self.agents: dict[str, tuple[Agent, asyncio.Task]] = {}
         self.lives = 0
@@ -498,7 +499,8 @@ class Host:
                 self.lanes[cmd["lane"]] = cmd
                 self.lane_events[cmd["lane"]].set()
             elif cmd["op"] == "cancel":
-                asyncio.create_task(self.cancel_one())
+                self.background.add(task := asyncio.create_task(self.cancel_one()))
+                task.add_done_callback(self.background.discard)
             elif cmd["op"] == "stop":
                 self.stopping.set()
         self.stopping.set()  # stdin closed: the orchestrator is gone
@@ -518,7 +520,7 @@ class Host:
         for spec in self.cfg["agents"]:
             self.start_agent(spec)
         commands = asyncio.create_task(self.commands())
-        asyncio.create_task(self.watchdog())
+        self.background.add(asyncio.create_task(self.watchdog()))
         await self.stopping.wait()
         while self.agents:
             name, (_, task) = next(iter(self.agents.items()))
@@ -635,7 +637,7 @@ class Soak:
         async with await psycopg.AsyncConnection.connect(self.uri, autocommit=True) as conn:
             await migrate.migrate(conn)
 
-    async def connect(self):  # noqa: ANN201
+    async def connect(self):
         import psycopg
         from psycopg.rows import dict_row
 
@@ -1003,7 +1005,7 @@ class Soak:
             kind = plan.pop(0) if plan else self.rng.choice(kinds)
             try:
                 await self.fault(kind)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self.violations.append(f"fault {kind} could not be injected: {exc!r}")
                 say(f"fault {kind} failed: {exc!r}")
 
@@ -1026,7 +1028,7 @@ class Soak:
         while True:
             try:
                 left = await self.live_count()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 left = -1
             if left == 0:
                 break
@@ -1138,7 +1140,7 @@ class Soak:
 
         # one holder at a time: attempt spans of a todo do not overlap
         for tid, rows in per_todo.items():
-            for a, b in zip(rows, rows[1:]):
+            for a, b in zip(rows, rows[1:], strict=False):
                 if a["ended_at"] is None or a["ended_at"] > b["claimed_at"]:
                     v.append(f"todo {tid}: attempt {a['seq']} still open when attempt {b['seq']} was claimed")
         open_rows = [a for a in attempts if a["ended_at"] is None]

@@ -22,8 +22,9 @@ import contextlib
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import psycopg
 

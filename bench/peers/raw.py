@@ -16,7 +16,6 @@ import time
 import psycopg
 
 import store_bench  # bench/store_bench.py: the bare statements
-
 from switchboard.core.todos import new_todo_id
 
 from .harness import QUEUE, Clock, Database, Run, gather_workers

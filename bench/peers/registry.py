@@ -3,7 +3,7 @@ module of its kind: Switchboard's in switchboard.py, overriding `work` and/or `e
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .harness import System
 from .oban_peer import Oban

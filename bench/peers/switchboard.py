@@ -47,7 +47,7 @@ class Tenant:
     credential: str
 
     @classmethod
-    async def open(cls, db: Database) -> "Tenant":
+    async def open(cls, db: Database) -> Tenant:
         self = cls()
         self.uri = db.uri
         async with await psycopg.AsyncConnection.connect(db.uri, autocommit=True, row_factory=dict_row) as conn:

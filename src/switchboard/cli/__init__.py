@@ -9,8 +9,6 @@ invalid), 2 usage. Locally, commands that act on todos, endpoints and tokens act
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -19,9 +17,9 @@ from ..core.inputs import LIST_LIMIT_DEFAULT, OWNER_LIST_LIMIT_MAX
 from ..core.states import TODO_STATES
 from ..relay import cli as relay_cli
 from . import hook as hook_cli
-from . import sink as sink_cli
 from . import intake as intake_cli
 from . import session as session_cli
+from . import sink as sink_cli
 from .account import token_app, user_app
 from .backend import backend
 from .common import EXIT_USAGE, emit, fail_usage, read_json_arg, settings, usage_error
@@ -76,8 +74,8 @@ JsonOpt = typer.Option(False, "--json", help="Print one JSON object.")
 # ------------------------------------------------------------------------------------ serve, migrate
 
 @app.command()
-def serve(host: Optional[str] = typer.Option(None, help="Listen address (SWITCHBOARD_HOST)."),
-          port: Optional[int] = typer.Option(None, help="Port (SWITCHBOARD_PORT).")) -> None:
+def serve(host: str | None = typer.Option(None, help="Listen address (SWITCHBOARD_HOST)."),
+          port: int | None = typer.Option(None, help="Port (SWITCHBOARD_PORT).")) -> None:
     """Migrate, start the sweeps and serve HTTP: health, MCP, the Board and the APIs (on this machine's database)."""
     from ..web.server import serve as run_server
 
@@ -90,7 +88,7 @@ def serve(host: Optional[str] = typer.Option(None, help="Listen address (SWITCHB
 
 
 @app.command()
-def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after this migration number."),
+def migrate(target: int | None = typer.Option(None, "--to", help="Stop after this migration number."),
             as_json: bool = JsonOpt) -> None:
     """Apply pending database migrations (this machine's database, even with SWITCHBOARD_URL set)."""
     from ..db.database import Database
@@ -105,10 +103,9 @@ def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after 
 
     import asyncio
 
-    from ..db.migrate import MigrationError
-
     import psycopg
 
+    from ..db.migrate import MigrationError
     from .common import database_unreachable, fail
 
     try:
@@ -126,9 +123,10 @@ def migrate(target: Optional[int] = typer.Option(None, "--to", help="Stop after 
 @endpoint_app.command("vend")
 def endpoint_vend(agent: str = typer.Option(..., "--agent", help="The agent's name (created if new)."),
                   queue: list[str] = typer.Option([], "--queue", help="Granted queue (repeatable; default inbox)."),
-                  verb: list[str] = typer.Option([], "--verb", help="Granted verb (repeatable; default the drain family)."),
-                  lease_ttl: Optional[int] = typer.Option(None, "--lease-ttl", help="Default lease, 60-86400 s."),
-                  user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+                  verb: list[str] = typer.Option([], "--verb",
+                                                help="Granted verb (repeatable; default the drain family)."),
+                  lease_ttl: int | None = typer.Option(None, "--lease-ttl", help="Default lease, 60-86400 s."),
+                  user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Vend an MCP endpoint (URL + credential shown once) for an agent."""
     out = backend(user).endpoint_vend(agent=agent, queues=queue or None, verbs=verb or None, lease_ttl=lease_ttl)
 
@@ -141,7 +139,7 @@ def endpoint_vend(agent: str = typer.Option(..., "--agent", help="The agent's na
 
 
 @endpoint_app.command("list")
-def endpoint_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+def endpoint_list(user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """List your endpoints."""
     out = backend(user).endpoint_list()
 
@@ -156,7 +154,7 @@ def endpoint_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> Non
 
 
 @endpoint_app.command("show")
-def endpoint_show(slug: str, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+def endpoint_show(slug: str, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Show one of your endpoints (never its credential, only its prefix)."""
     out = backend(user).endpoint_show(slug)
 
@@ -170,7 +168,7 @@ def endpoint_show(slug: str, user: Optional[str] = UserOpt, as_json: bool = Json
 
 
 @endpoint_app.command("revoke")
-def endpoint_revoke(slug: str, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+def endpoint_revoke(slug: str, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Revoke an endpoint: its credential stops working and its live todos become dead letters."""
     out = backend(user).endpoint_revoke(slug)
     emit(out, as_json, lambda o: typer.echo(f"revoked {o['slug']}; {o['dead_lettered']} live todo(s) dead-lettered"))
@@ -185,15 +183,19 @@ def _todo_line(t: dict) -> str:
 
 @todo_app.command("push")
 def todo_push(slug: str = typer.Argument(..., help="The endpoint whose agents will drain it."),
-              title: Optional[str] = typer.Option(None, "--title", help="Required unless --from-file is given."),
-              queue: Optional[str] = typer.Option(None, "--queue", help="Required when the endpoint has several queues."),
-              payload: Optional[str] = typer.Option(None, "--payload", help="JSON, @file or @- for stdin."),
-              key: Optional[str] = typer.Option(None, "--key", help="Idempotency key: a live duplicate is returned."),
-              max_attempts: Optional[int] = typer.Option(None, "--max-attempts", help="1-100 (default 5)."),
-              assignee: Optional[str] = typer.Option(None, "--assignee", help="Only this owner may claim it."),
-              kind: Optional[str] = typer.Option(None, "--kind", help="A label for the kind of work (free text, shown to agents and on the Board)."),
-              from_file: Optional[str] = typer.Option(None, "--from-file", help="Many todos: a JSON Lines file (- for stdin), one object a line with the fields above; all lines are checked before any is pushed, in batches of 1,000."),
-              user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+              title: str | None = typer.Option(None, "--title", help="Required unless --from-file is given."),
+              queue: str | None = typer.Option(None, "--queue", help="Required when the endpoint has several queues."),
+              payload: str | None = typer.Option(None, "--payload", help="JSON, @file or @- for stdin."),
+              key: str | None = typer.Option(None, "--key", help="Idempotency key: a live duplicate is returned."),
+              max_attempts: int | None = typer.Option(None, "--max-attempts", help="1-100 (default 5)."),
+              assignee: str | None = typer.Option(None, "--assignee", help="Only this owner may claim it."),
+              kind: str | None = typer.Option(None, "--kind", help="A label for the kind of work (free text, shown to "
+                                                                     "agents and on the Board)."),
+              from_file: str | None = typer.Option(
+                  None, "--from-file",
+                  help="Many todos: a JSON Lines file (- for stdin), one object a line with the fields above; "
+                       "all lines are checked before any is pushed, in batches of 1,000."),
+              user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Put a todo on an endpoint's queue (or many, with --from-file)."""
     if from_file is not None:
         _push_file(slug, from_file, user, as_json, title=title, queue=queue, payload=payload, key=key,
@@ -207,7 +209,7 @@ def todo_push(slug: str = typer.Argument(..., help="The endpoint whose agents wi
     emit(out, as_json, lambda o: typer.echo(("created " if o["created"] else "exists  ") + _todo_line(o["todo"])))
 
 
-def _push_file(slug: str, path: str, user: Optional[str], as_json: bool, **single: object) -> None:
+def _push_file(slug: str, path: str, user: str | None, as_json: bool, **single: object) -> None:
     from . import push_file
 
     given = sorted(k for k, v in single.items() if v is not None)
@@ -222,12 +224,15 @@ def _push_file(slug: str, path: str, user: Optional[str], as_json: bool, **singl
 
 
 @todo_app.command("list")
-def todo_list(slug: Optional[str] = typer.Argument(None, help="Only this endpoint's todos."),
-              state: Optional[str] = typer.Option(None, "--state", help="Only this state: " + ", ".join(TODO_STATES) + "."),
-              queue: Optional[str] = typer.Option(None, "--queue"),
+def todo_list(slug: str | None = typer.Argument(None, help="Only this endpoint's todos."),
+              state: str | None = typer.Option(None, "--state",
+                                               help="Only this state: " + ", ".join(TODO_STATES) + "."),
+              queue: str | None = typer.Option(None, "--queue"),
               dead_letter: bool = typer.Option(False, "--dead-letter", help="Only dead letters."),
-              limit: Optional[int] = typer.Option(None, "--limit", help=f"At most this many rows (default {LIST_LIMIT_DEFAULT}, at most {OWNER_LIST_LIMIT_MAX})."),
-              user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+              limit: int | None = typer.Option(
+                  None, "--limit",
+                  help=f"At most this many rows (default {LIST_LIMIT_DEFAULT}, at most {OWNER_LIST_LIMIT_MAX})."),
+              user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """List todos, newest first."""
     out = backend(user).todo_list(slug, state=state, queue=queue, dead_letter=dead_letter, limit=limit)
     emit(out, as_json, lambda o: [typer.echo(_todo_line(t)) for t in o["todos"]] or
@@ -244,7 +249,8 @@ def _show_text(t: dict) -> None:
     for a in t["attempts"]:
         died = "  DIED (no report)" if a["died"] else ""
         typer.echo(f"  #{a['seq']} attempt {a['attempt']} {a['claimer_kind']} {a['claimant'] or '-'}  "
-                   f"{a['claimed_at']} -> {a['ended_at'] or 'open'}  {a['outcome'] or ''}/{a['disposition'] or ''}{died}")
+                   f"{a['claimed_at']} -> {a['ended_at'] or 'open'}  "
+                   f"{a['outcome'] or ''}/{a['disposition'] or ''}{died}")
         if a["summary"]:
             typer.echo(f"      summary: {a['summary']}" + (" [truncated]" if a["summary_truncated"] else ""))
         if a["artifact"]:
@@ -254,29 +260,29 @@ def _show_text(t: dict) -> None:
 
 
 @todo_app.command("show")
-def todo_show(todo_id: str = typer.Argument(..., metavar="ID"), user: Optional[str] = UserOpt,
+def todo_show(todo_id: str = typer.Argument(..., metavar="ID"), user: str | None = UserOpt,
               as_json: bool = JsonOpt) -> None:
     """Show a todo with every attempt (the owner's view)."""
     emit(backend(user).todo_show(todo_id), as_json, _show_text)
 
 
-def _field_option(field) -> tuple[type, object]:  # noqa: ANN001
+def _field_option(field) -> tuple[type, object]:
     """The typer option of an owner-action field (core/actions.py): text as is, JSON as text, @file
     or @-, integers and booleans as typed flags."""
     flag = "--" + field.name.replace("_", "-")
     if field.kind == "boolean":
-        return Optional[bool], typer.Option(None, f"{flag}/--no-{field.name.replace('_', '-')}", help=field.help)
+        return bool | None, typer.Option(None, f"{flag}/--no-{field.name.replace('_', '-')}", help=field.help)
     if field.kind == "integer":
-        return Optional[int], typer.Option(None, flag, help=field.help)
+        return int | None, typer.Option(None, flag, help=field.help)
     if field.kind == "json":
         help_text = field.help + " JSON, @file or @-."
         if field.required:
             return str, typer.Option(..., flag, help=help_text)
-        return Optional[str], typer.Option(None, flag, help=help_text)
-    return Optional[str], typer.Option(None, flag, help=field.help)
+        return str | None, typer.Option(None, flag, help=help_text)
+    return str | None, typer.Option(None, flag, help=field.help)
 
 
-def _action_command(action) -> None:  # noqa: ANN001
+def _action_command(action) -> None:
     """`switchboard todo <action>`: one command per row of the owner-action table."""
     import inspect
 
@@ -285,10 +291,10 @@ def _action_command(action) -> None:  # noqa: ANN001
     for field in action.fields:
         kind, option = _field_option(field)
         params.append(inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=option))
-    params += [inspect.Parameter("user", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str], default=UserOpt),
+    params += [inspect.Parameter("user", inspect.Parameter.KEYWORD_ONLY, annotation=str | None, default=UserOpt),
                inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=JsonOpt)]
 
-    def command(**kw) -> None:  # noqa: ANN003
+    def command(**kw) -> None:
         todo_id, user, as_json = kw.pop("todo_id"), kw.pop("user"), kw.pop("as_json")
         fields = {}
         for field in action.fields:
@@ -320,7 +326,7 @@ _register_actions()
 # ---------------------------------------------------------------------------------------- settings
 
 @settings_app.command("get")
-def settings_get(key: Optional[str] = typer.Argument(None), as_json: bool = JsonOpt) -> None:
+def settings_get(key: str | None = typer.Argument(None), as_json: bool = JsonOpt) -> None:
     """Show one setting, or all of them (on a remote server: admins only)."""
     emit(backend().settings_get(key), as_json, lambda o: [typer.echo(f"{k} = {v}") for k, v in o.items()])
 

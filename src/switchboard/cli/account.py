@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import getpass
 import sys
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -76,7 +75,8 @@ def user_add(name: str, password_stdin: bool = PasswordStdinOpt,
 
     h = run(work)
     emit({"user": h.name, "id": str(h.human_id), "password": password is not None}, as_json,
-         lambda o: typer.echo(f"created user {o['user']}" + ("" if o["password"] else " (no password: dev login only)")))
+         lambda o: typer.echo(f"created user {o['user']}"
+                              + ("" if o["password"] else " (no password: dev login only)")))
 
 
 @user_app.command("passwd")
@@ -185,19 +185,19 @@ def user_unlink(name: str,
 # ------------------------------------------------------------------------------------------ tokens
 
 @token_app.command("create")
-def token_create(scope: Optional[str] = typer.Option(None, "--scope", help="write (default): everything you may do; "
+def token_create(scope: str | None = typer.Option(None, "--scope", help="write (default): everything you may do; "
                                                                         "read: only look."),
-                 expires_in: Optional[int] = typer.Option(None, "--expires-in", metavar="SECONDS",
+                 expires_in: int | None = typer.Option(None, "--expires-in", metavar="SECONDS",
                                                           help="The token stops working this long from now "
                                                                "(default never)."),
-                 user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+                 user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Create a human API token (shown once) for the API, the remote CLI and the relay."""
     out = backend(user).token_create(scope=scope, expires_in_seconds=expires_in)
     emit(out, as_json, lambda o: typer.echo(f"{o['token']}\n(shown once; store it now)"))
 
 
 @token_app.command("list")
-def token_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+def token_list(user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """List your API tokens (id, prefix, scope, created, expires, revoked), newest first."""
     out = backend(user).token_list()
 
@@ -216,7 +216,7 @@ def token_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
 
 @token_app.command("revoke")
 def token_revoke(token: str = typer.Argument(..., metavar="ID_OR_PREFIX", help="The token's id or its prefix."),
-                 user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+                 user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Revoke one of your API tokens; every serving process refuses it from the next request."""
     out = backend(user).token_revoke(token)
     emit(out, as_json, lambda o: typer.echo(f"{'revoked' if o['revoked'] else 'already revoked'} "

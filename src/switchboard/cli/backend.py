@@ -9,7 +9,8 @@ as them: `--user` is refused there.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import remote
 from .common import fail, fail_usage, human, run, settings

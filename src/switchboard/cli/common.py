@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import Any, Awaitable, Callable, NoReturn
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
 
 import psycopg
 import typer
@@ -30,7 +31,7 @@ def _flags_show_no_type() -> None:
     if shown is None or getattr(shown, "flags_show_no_type", False):
         return
 
-    def display_type_rich(self, ctx):  # noqa: ANN001, ANN202 - typer's signature
+    def display_type_rich(self, ctx):
         if getattr(self, "is_flag", False) and not getattr(self, "count", False) and self.metavar is None:
             return None
         return shown(self, ctx)
@@ -184,7 +185,7 @@ def user_name(user: str | None) -> str:
     return name  # type: ignore[return-value]
 
 
-async def human(core, user: str | None):  # noqa: ANN001
+async def human(core, user: str | None):
     from ..core import humans
 
     return await humans.by_name(core, user_name(user))

@@ -3,8 +3,6 @@ endpoint's todo events. The signing secret is printed once, by `add`."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .backend import backend
@@ -22,7 +20,7 @@ def hook_add(slug: str = typer.Argument(..., help="The endpoint whose todo event
              url: str = typer.Option(..., "--url", help="https target that receives the events."),
              event: list[str] = typer.Option([], "--event", help="todo.created, todo.ready, todo.completed or "
                                                                   "todo.dead_lettered (repeatable; default all)."),
-             user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+             user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Subscribe a URL to an endpoint's todo events; prints the signing secret once."""
     out = backend(user).hook_add(slug, url=url, events=event or None)
 
@@ -36,7 +34,7 @@ def hook_add(slug: str = typer.Argument(..., help="The endpoint whose todo event
 
 
 @app.command("list")
-def hook_list(slug: str = typer.Argument(..., help="The endpoint."), user: Optional[str] = UserOpt,
+def hook_list(slug: str = typer.Argument(..., help="The endpoint."), user: str | None = UserOpt,
               as_json: bool = JsonOpt) -> None:
     """List an endpoint's notify hooks (never their secrets)."""
     out = backend(user).hook_list(slug)
@@ -53,14 +51,14 @@ def hook_list(slug: str = typer.Argument(..., help="The endpoint."), user: Optio
 
 
 @app.command("remove")
-def hook_remove(hook_id: str = typer.Argument(..., metavar="ID"), user: Optional[str] = UserOpt,
+def hook_remove(hook_id: str = typer.Argument(..., metavar="ID"), user: str | None = UserOpt,
                 as_json: bool = JsonOpt) -> None:
     """Remove a notify hook with its pending notifications."""
     emit(backend(user).hook_remove(hook_id), as_json, lambda o: typer.echo(f"removed hook {o['removed']['hook_id']}"))
 
 
 @app.command("enable")
-def hook_enable(hook_id: str = typer.Argument(..., metavar="ID"), user: Optional[str] = UserOpt,
+def hook_enable(hook_id: str = typer.Argument(..., metavar="ID"), user: str | None = UserOpt,
                 as_json: bool = JsonOpt) -> None:
     """Turn a hook disabled after repeated failures back on (its failure count starts again at 0)."""
     emit(backend(user).hook_enable(hook_id), as_json, lambda o: typer.echo(f"enabled hook {o['hook']['hook_id']}"))
@@ -68,7 +66,7 @@ def hook_enable(hook_id: str = typer.Argument(..., metavar="ID"), user: Optional
 
 @app.command("deliveries")
 def hook_deliveries(slug: str = typer.Argument(..., help="The endpoint."),
-                    limit: int = typer.Option(20, "--limit"), user: Optional[str] = UserOpt,
+                    limit: int = typer.Option(20, "--limit"), user: str | None = UserOpt,
                     as_json: bool = JsonOpt) -> None:
     """The delivery log: the newest notifications and how their last attempt went."""
     out = backend(user).hook_deliveries(slug, limit=limit)

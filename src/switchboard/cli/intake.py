@@ -1,12 +1,11 @@
-"""`switchboard intake create|list|show|rules|enable|disable|remove|quarantine|replay`: webhook intakes (docs/intake.md).
+"""`switchboard intake create|list|show|rules|enable|disable|remove|quarantine|replay`: webhook intakes
+(docs/intake.md).
 
 An intake turns signed webhooks from another system into todos on one of your endpoints' queues.
 `create` prints the URL (its token) and the secret once. INTAKE is an intake's id or name.
 """
 
 from __future__ import annotations
-
-from typing import Optional
 
 import typer
 
@@ -29,12 +28,12 @@ def _summary(i: dict) -> str:
 def intake_create(name: str = typer.Argument(..., help="A name for the intake, unique among yours."),
                   endpoint: str = typer.Option(..., "--endpoint", help="The endpoint whose queue gets the todos."),
                   source: str = typer.Option(..., "--source", help="github, standard, hmac or bearer."),
-                  queue: Optional[str] = typer.Option(None, "--queue",
+                  queue: str | None = typer.Option(None, "--queue",
                                                       help="The queue (needed when the endpoint has several)."),
-                  secret: Optional[str] = typer.Option(None, "--secret",
+                  secret: str | None = typer.Option(None, "--secret",
                                                        help="Use this secret (default: a fresh one is made)."),
-                  rules: Optional[str] = typer.Option(None, "--rules", help="Routing rules: JSON, @file or @-."),
-                  user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+                  rules: str | None = typer.Option(None, "--rules", help="Routing rules: JSON, @file or @-."),
+                  user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Make an intake; prints its URL and secret once."""
     from ..core import intakes
 
@@ -57,7 +56,7 @@ def intake_create(name: str = typer.Argument(..., help="A name for the intake, u
 
 
 @app.command("list")
-def intake_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+def intake_list(user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Your intakes with their counters (never a secret)."""
     from ..core import intakes
 
@@ -76,7 +75,7 @@ def intake_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
 
 
 @app.command("show")
-def intake_show(ref: str = IntakeArg, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+def intake_show(ref: str = IntakeArg, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """One intake: its target, counters and rules."""
     import json
 
@@ -98,8 +97,8 @@ def intake_show(ref: str = IntakeArg, user: Optional[str] = UserOpt, as_json: bo
 
 @app.command("rules")
 def intake_rules(ref: str = IntakeArg,
-                 set_: Optional[str] = typer.Option(None, "--set", help="Replace the rules: JSON, @file or @-."),
-                 user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+                 set_: str | None = typer.Option(None, "--set", help="Replace the rules: JSON, @file or @-."),
+                 user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Print an intake's routing rules, or replace them with --set (every expression is checked)."""
     import json
 
@@ -118,7 +117,7 @@ def intake_rules(ref: str = IntakeArg,
          lambda o: typer.echo(printable(json.dumps(o["rules"], indent=2), multiline=True)))
 
 
-def _set_enabled(ref: str, enabled: bool, user: Optional[str], as_json: bool) -> None:
+def _set_enabled(ref: str, enabled: bool, user: str | None, as_json: bool) -> None:
     from ..core import intakes
 
     async def work(core):
@@ -129,19 +128,19 @@ def _set_enabled(ref: str, enabled: bool, user: Optional[str], as_json: bool) ->
 
 
 @app.command("disable")
-def intake_disable(ref: str = IntakeArg, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+def intake_disable(ref: str = IntakeArg, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Pause an intake: its URL answers 401, as for an unknown one, and nothing is stored."""
     _set_enabled(ref, False, user, as_json)
 
 
 @app.command("enable")
-def intake_enable(ref: str = IntakeArg, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+def intake_enable(ref: str = IntakeArg, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Resume a paused intake."""
     _set_enabled(ref, True, user, as_json)
 
 
 @app.command("remove")
-def intake_remove(ref: str = IntakeArg, user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+def intake_remove(ref: str = IntakeArg, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Delete an intake with its quarantine; its URL stops working at once."""
     from ..core import intakes
 
@@ -154,9 +153,9 @@ def intake_remove(ref: str = IntakeArg, user: Optional[str] = UserOpt, as_json: 
 
 @app.command("quarantine")
 def intake_quarantine(ref: str = IntakeArg,
-                      item: Optional[str] = typer.Argument(None, help="One quarantined delivery, shown in full."),
+                      item: str | None = typer.Argument(None, help="One quarantined delivery, shown in full."),
                       drop: bool = typer.Option(False, "--drop", help="Drop ITEM instead of showing it."),
-                      user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+                      user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """List the deliveries held back (no rule matched, or the rule failed); show or drop one."""
     import json
 
@@ -192,7 +191,7 @@ def intake_quarantine(ref: str = IntakeArg,
 
 @app.command("replay")
 def intake_replay(ref: str = IntakeArg, item: str = typer.Argument(..., help="The quarantined delivery."),
-                  user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+                  user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Route a quarantined delivery again with the current rules; on success it becomes a todo."""
     from ..core import intakes
 

@@ -3,8 +3,6 @@ Teams, generic JSON) for dead letters, stuck queues and a daily digest (docs/not
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from .common import emit, human, run
@@ -25,17 +23,17 @@ def _line(s: dict) -> str:
 @app.command("add")
 def sink_add(kind: str = typer.Argument(..., help="slack, discord, teams or generic."),
              url: str = typer.Argument(..., help="The chat's incoming-webhook URL (https)."),
-             name: Optional[str] = typer.Option(None, "--name", help="A label (default: the kind)."),
+             name: str | None = typer.Option(None, "--name", help="A label (default: the kind)."),
              event: list[str] = typer.Option([], "--event", help="dead_letter, queue_stuck or digest "
                                                                   "(repeatable; default all)."),
-             stuck_minutes: Optional[int] = typer.Option(None, "--stuck-minutes",
+             stuck_minutes: int | None = typer.Option(None, "--stuck-minutes",
                                                          help="A queue is stuck when a todo waits this long "
                                                               "with no claim (default 30)."),
-             digest_hour: Optional[int] = typer.Option(None, "--digest-hour", help="Local hour of the digest, "
+             digest_hour: int | None = typer.Option(None, "--digest-hour", help="Local hour of the digest, "
                                                                                   "0-23 (default 9)."),
-             timezone: Optional[str] = typer.Option(None, "--timezone", help="IANA time zone of the digest "
+             timezone: str | None = typer.Option(None, "--timezone", help="IANA time zone of the digest "
                                                                             "hour (default UTC)."),
-             user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+             user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Add a sink for every queue of your endpoints."""
     from ..core import sinks
 
@@ -49,7 +47,7 @@ def sink_add(kind: str = typer.Argument(..., help="slack, discord, teams or gene
 
 
 @app.command("list")
-def sink_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
+def sink_list(user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """List your sinks (URL queries redacted)."""
     from ..core import sinks
 
@@ -68,7 +66,7 @@ def sink_list(user: Optional[str] = UserOpt, as_json: bool = JsonOpt) -> None:
 
 
 @app.command("remove")
-def sink_remove(sink_id: str = typer.Argument(..., metavar="ID"), user: Optional[str] = UserOpt,
+def sink_remove(sink_id: str = typer.Argument(..., metavar="ID"), user: str | None = UserOpt,
                 as_json: bool = JsonOpt) -> None:
     """Remove a sink with its queued messages."""
     from ..core import sinks
@@ -81,7 +79,7 @@ def sink_remove(sink_id: str = typer.Argument(..., metavar="ID"), user: Optional
 
 
 @app.command("enable")
-def sink_enable(sink_id: str = typer.Argument(..., metavar="ID"), user: Optional[str] = UserOpt,
+def sink_enable(sink_id: str = typer.Argument(..., metavar="ID"), user: str | None = UserOpt,
                 as_json: bool = JsonOpt) -> None:
     """Turn a sink disabled after repeated failures back on (its failure count starts again at 0)."""
     from ..core import sinks
@@ -94,7 +92,7 @@ def sink_enable(sink_id: str = typer.Argument(..., metavar="ID"), user: Optional
 
 
 @app.command("test")
-def sink_test(sink_id: str = typer.Argument(..., metavar="ID"), user: Optional[str] = UserOpt,
+def sink_test(sink_id: str = typer.Argument(..., metavar="ID"), user: str | None = UserOpt,
               as_json: bool = JsonOpt) -> None:
     """Send a test message now and say how it went (exit 1 when it was not delivered)."""
     from ..web.sinks import send_test

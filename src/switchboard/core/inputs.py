@@ -49,7 +49,7 @@ JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict
 
 # Matched with fullmatch: `$` would also accept a trailing newline.
 _CAIRN = re.compile(r"mcp://cairn/[A-Za-z0-9_-]{1,64}")
-_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,%d}" % (QUEUE_MAX_CHARS - 1))
+_QUEUE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{QUEUE_MAX_CHARS - 1}}}")
 _CONTROL = {"Cc", "Cf", "Cs", "Co", "Cn"}
 # C0 controls and DEL, except tab, newline and carriage return: never part of a title, key or label.
 _BAD_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")

@@ -29,7 +29,14 @@ import logging
 import re
 import threading
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.requests import Request
@@ -85,10 +92,10 @@ class _QueueGauges(Collector):
     """Live todos per queue and state, read at scrape. Filled by `Metrics.refresh` just before
     generation (the read is async; prometheus_client collectors are not)."""
 
-    def __init__(self, metrics: "Metrics") -> None:
+    def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
-    def collect(self):  # noqa: ANN201
+    def collect(self):
         snap = self.metrics.snapshot
         if snap is None:
             return
@@ -105,7 +112,7 @@ class _QueueGauges(Collector):
             age.add_metric([queue], seconds)
         yield age
 
-    def describe(self):  # noqa: ANN201
+    def describe(self):
         return []
 
 
@@ -188,7 +195,7 @@ class Metrics:
                     self.completed.labels(queue, HOLDER_ENDS[f.label]).inc(f.n)
                 self._closed(queue, f.label, f.n)
 
-    async def drain(self, core) -> None:  # noqa: ANN001
+    async def drain(self, core) -> None:
         """Take the spool's rows and count them here (each row is counted by one process only)."""
         try:
             facts = await metric_spool.take(core)
@@ -215,7 +222,7 @@ class Metrics:
 
     # -------------------------------------------------------------------------------- scrape
 
-    async def refresh(self, core) -> None:  # noqa: ANN001
+    async def refresh(self, core) -> None:
         try:
             rows, scoped = await gauges.queue_states(core)
         except Exception:

@@ -45,7 +45,7 @@ async def docs_style(request: Request) -> Response:
 
 
 async def unknown_action(request: Request) -> Response:
-    async def work(caller) -> Response:  # noqa: ANN001
+    async def work(caller) -> Response:
         raise ApiError(404, "not_found", "no such action")
 
     return await handle(request, work, write=True)

@@ -10,7 +10,7 @@ and friends) return; those shapes are the CLI's `--json` output too.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
 
@@ -24,7 +24,7 @@ TodoState = Literal[tuple(TODO_STATES)]  # type: ignore[valid-type]
 Scope = Literal["read", "write"]
 HookEvent = Literal[tuple(hooks.EVENTS)]  # type: ignore[valid-type]
 Verb = Literal[tuple(VERBS)]  # type: ignore[valid-type]
-QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,%d}$" % (inputs.QUEUE_MAX_CHARS - 1)
+QUEUE_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{inputs.QUEUE_MAX_CHARS - 1}}}$"
 
 
 class Request(BaseModel):
@@ -47,7 +47,7 @@ class ErrorDetail(Reply):
     code: str = Field(description="invalid, unauthorized, forbidden, not_found, method_not_allowed, conflict, "
                                   "too_large, rate_limited, unavailable or internal.")
     message: str
-    argument: Optional[str] = Field(None, description="The field, parameter or header that was wrong.")
+    argument: str | None = Field(None, description="The field, parameter or header that was wrong.")
 
 
 class ErrorReply(Reply):
@@ -67,20 +67,20 @@ class Attempt(Reply):
     seq: int
     attempt: int
     claimer_kind: str
-    claimant: Optional[str]
-    claimed_at: Optional[str]
-    last_heartbeat_at: Optional[str]
-    ended_at: Optional[str]
-    outcome: Optional[str]
-    disposition: Optional[str]
+    claimant: str | None
+    claimed_at: str | None
+    last_heartbeat_at: str | None
+    ended_at: str | None
+    outcome: str | None
+    disposition: str | None
     died: bool
-    summary: Optional[str]
+    summary: str | None
     summary_truncated: bool
-    artifact: Optional[str]
-    lease_expires_at: Optional[str] = None
-    owner_extended_at: Optional[str] = None
-    last_note: Optional[Note] = None
-    notes: Optional[list[Note]] = None
+    artifact: str | None
+    lease_expires_at: str | None = None
+    owner_extended_at: str | None = None
+    last_note: Note | None = None
+    notes: list[Note] | None = None
 
 
 class Todo(Reply):
@@ -91,28 +91,28 @@ class Todo(Reply):
     queue: str
     title: str
     state: TodoState
-    source: Optional[str] = None
-    kind: Optional[str] = None
-    owner: Optional[str] = None
-    assignee: Optional[str] = None
+    source: str | None = None
+    kind: str | None = None
+    owner: str | None = None
+    assignee: str | None = None
     attempt: int
     max_attempts: int
-    lease_expires_at: Optional[str] = None
-    next_retry_at: Optional[str] = None
+    lease_expires_at: str | None = None
+    next_retry_at: str | None = None
     dead_letter: bool
-    created_at: Optional[str] = None
-    payload_size: Optional[int] = None
-    endpoint: Optional[str] = Field(None, description="The endpoint's slug.")
-    updated_at: Optional[str] = None
+    created_at: str | None = None
+    payload_size: int | None = None
+    endpoint: str | None = Field(None, description="The endpoint's slug.")
+    updated_at: str | None = None
     payload: Json = None
     input_request: Json = None
     input: Json = None
     result: Json = None
-    attempts: Optional[list[Attempt]] = None
-    attempts_total: Optional[int] = None
-    attempts_pruned: Optional[int] = None
-    claimed_at: Optional[str] = None
-    completed_at: Optional[str] = None
+    attempts: list[Attempt] | None = None
+    attempts_total: int | None = None
+    attempts_pruned: int | None = None
+    claimed_at: str | None = None
+    completed_at: str | None = None
 
 
 class TodoReply(Reply):
@@ -126,19 +126,19 @@ class PushReply(Reply):
 
 class TodoList(Reply):
     todos: list[Todo]
-    next_offset: Optional[int] = Field(description="The `offset` of the next page; null on the last page.")
+    next_offset: int | None = Field(description="The `offset` of the next page; null on the last page.")
 
 
 class PushRequest(Request):
     title: str = Field(max_length=inputs.TITLE_MAX_CHARS)
-    queue: Optional[str] = Field(None, description="Required when the endpoint has several queues.")
+    queue: str | None = Field(None, description="Required when the endpoint has several queues.")
     payload: Json = Field(None, description=f"Any JSON value, at most {inputs.PAYLOAD_MAX_BYTES} bytes.")
-    kind: Optional[str] = Field(None, max_length=inputs.KIND_MAX_CHARS)
-    key: Optional[str] = Field(None, max_length=inputs.KEY_MAX_CHARS,
+    kind: str | None = Field(None, max_length=inputs.KIND_MAX_CHARS)
+    key: str | None = Field(None, max_length=inputs.KEY_MAX_CHARS,
                                description="Idempotency key: a live todo with this key is returned instead. "
                                            "The `Idempotency-Key` header says the same.")
-    max_attempts: Optional[int] = Field(None, ge=inputs.MAX_ATTEMPTS_MIN, le=inputs.MAX_ATTEMPTS_MAX)
-    assignee: Optional[str] = Field(None, max_length=inputs.ASSIGNEE_MAX_CHARS,
+    max_attempts: int | None = Field(None, ge=inputs.MAX_ATTEMPTS_MIN, le=inputs.MAX_ATTEMPTS_MAX)
+    assignee: str | None = Field(None, max_length=inputs.ASSIGNEE_MAX_CHARS,
                                     description="Only this owner may claim it.")
 
 
@@ -161,23 +161,23 @@ class PushManyReply(Reply):
 
 
 class TodoListQuery(Query):
-    state: Optional[TodoState] = None
-    queue: Optional[str] = None
+    state: TodoState | None = None
+    queue: str | None = None
     dead_letter: bool = Field(False, description="Only dead letters.")
-    limit: Optional[int] = Field(None, description=f"Rows per page (default {inputs.LIST_LIMIT_DEFAULT}, "
+    limit: int | None = Field(None, description=f"Rows per page (default {inputs.LIST_LIMIT_DEFAULT}, "
                                                    f"at most {inputs.OWNER_LIST_LIMIT_MAX}).")
-    offset: Optional[int] = Field(None, ge=0, le=inputs.OFFSET_MAX, description="Rows to skip (paging).")
+    offset: int | None = Field(None, ge=0, le=inputs.OFFSET_MAX, description="Rows to skip (paging).")
 
 
 class AllTodosQuery(TodoListQuery):
-    endpoint: Optional[str] = Field(None, description="Only this endpoint's todos (its slug).")
+    endpoint: str | None = Field(None, description="Only this endpoint's todos (its slug).")
 
 
 class TodoShowQuery(Query):
-    attempts_limit: Optional[int] = Field(None, description="At most this many attempts (default: every one).")
+    attempts_limit: int | None = Field(None, description="At most this many attempts (default: every one).")
 
 
-_KIND = {"text": Optional[str], "json": Json, "integer": Optional[int], "boolean": Optional[bool]}
+_KIND = {"text": str | None, "json": Json, "integer": int | None, "boolean": bool | None}
 
 
 def _action_model(action: actions.OwnerAction) -> type[Request]:
@@ -202,11 +202,11 @@ class Endpoint(Reply):
     verbs: list[str]
     state: str
     credential_prefix: str
-    default_lease_ttl_seconds: Optional[int]
+    default_lease_ttl_seconds: int | None
     created_at: str
-    revoked_at: Optional[str]
-    expires_at: Optional[str]
-    last_used_at: Optional[str]
+    revoked_at: str | None
+    expires_at: str | None
+    last_used_at: str | None
     mcp_url: str
 
 
@@ -224,19 +224,19 @@ class RevokedEndpoint(Endpoint):
 
 class VendRequest(Request):
     agent: str = Field(min_length=1, max_length=64, description="The agent's name (created if new).")
-    queues: Optional[list[str]] = Field(None, description="Granted queues (default: inbox).")
-    verbs: Optional[list[Verb]] = Field(None, description="Granted verbs (default: the drain family).")
-    lease_ttl: Optional[int] = Field(None, ge=60, le=86400, description="Default lease in seconds.")
-    expires_in_seconds: Optional[int] = Field(
+    queues: list[str] | None = Field(None, description="Granted queues (default: inbox).")
+    verbs: list[Verb] | None = Field(None, description="Granted verbs (default: the drain family).")
+    lease_ttl: int | None = Field(None, ge=60, le=86400, description="Default lease in seconds.")
+    expires_in_seconds: int | None = Field(
         None, ge=api_tokens.EXPIRES_MIN_SECONDS, le=api_tokens.EXPIRES_MAX_SECONDS,
         description="The endpoint is revoked (with its live todos) this long from now; default never.")
 
 
 class EndpointChange(Request):
-    expires_in_seconds: Optional[int] = Field(
+    expires_in_seconds: int | None = Field(
         None, ge=api_tokens.EXPIRES_MIN_SECONDS, le=api_tokens.EXPIRES_MAX_SECONDS,
         description="Expire this long from now; null: never. Left out: unchanged.")
-    default_lease_ttl_seconds: Optional[int] = Field(
+    default_lease_ttl_seconds: int | None = Field(
         None, ge=60, le=86400, description="The default lease of its claims; null: the server's. Left out: unchanged.")
 
 
@@ -250,7 +250,7 @@ class Vended(Reply):
     verbs: list[str]
     mcp_url: str
     credential: str
-    expires_at: Optional[str]
+    expires_at: str | None
 
 
 # ------------------------------------------------------------------------------------------ hooks
@@ -261,17 +261,17 @@ class Hook(Reply):
     url: str
     events: list[str]
     enabled: bool
-    created_at: Optional[str]
-    last_attempt_at: Optional[str]
-    last_status: Optional[str]
-    last_error: Optional[str]
+    created_at: str | None
+    last_attempt_at: str | None
+    last_status: str | None
+    last_error: str | None
     consecutive_failures: int
-    disabled_reason: Optional[str]
+    disabled_reason: str | None
 
 
 class HookRequest(Request):
     url: str = Field(max_length=hooks.URL_MAX_BYTES, description="The https target.")
-    events: Optional[list[HookEvent]] = Field(None, description="Default: every event.")
+    events: list[HookEvent] | None = Field(None, description="Default: every event.")
 
 
 class HookCreated(Reply):
@@ -293,11 +293,11 @@ class HookReply(Reply):
 
 class DeliveryAttempt(Reply):
     attempt: int
-    started_at: Optional[str]
-    duration_ms: Optional[int]
-    status_code: Optional[int]
-    result: Optional[str]
-    error: Optional[str]
+    started_at: str | None
+    duration_ms: int | None
+    status_code: int | None
+    result: str | None
+    error: str | None
 
 
 class Delivery(Reply):
@@ -307,18 +307,18 @@ class Delivery(Reply):
     endpoint: str
     url: str
     event: str
-    todo_id: Optional[str]
+    todo_id: str | None
     state: str
     attempts: int
-    created_at: Optional[str]
-    next_attempt_at: Optional[str]
-    finished_at: Optional[str]
-    last_attempt_at: Optional[str]
-    last_status_code: Optional[int]
-    last_result: Optional[str]
-    last_error: Optional[str]
-    last_duration_ms: Optional[int]
-    attempt_log: Optional[list[DeliveryAttempt]] = None
+    created_at: str | None
+    next_attempt_at: str | None
+    finished_at: str | None
+    last_attempt_at: str | None
+    last_status_code: int | None
+    last_result: str | None
+    last_error: str | None
+    last_duration_ms: int | None
+    attempt_log: list[DeliveryAttempt] | None = None
 
 
 class DeliveryList(Reply):
@@ -327,7 +327,7 @@ class DeliveryList(Reply):
 
 class DeliveriesQuery(Query):
     limit: int = Field(50, description="At most this many (1-500).")
-    hook_id: Optional[str] = Field(None, description="Only this hook's notifications.")
+    hook_id: str | None = Field(None, description="Only this hook's notifications.")
 
 
 # --------------------------------------------------------------------------------------- settings
@@ -356,13 +356,13 @@ class Token(Reply):
     prefix: str
     scope: Scope
     created_at: str
-    expires_at: Optional[str]
-    revoked_at: Optional[str]
+    expires_at: str | None
+    revoked_at: str | None
 
 
 class TokenRequest(Request):
     scope: Scope = Field("write", description="read: GET routes only. write: everything you may do.")
-    expires_in_seconds: Optional[int] = Field(
+    expires_in_seconds: int | None = Field(
         None, ge=api_tokens.EXPIRES_MIN_SECONDS, le=api_tokens.EXPIRES_MAX_SECONDS,
         description="The token stops working this long from now; default never.")
 
@@ -375,7 +375,7 @@ class TokenCreated(Reply):
     prefix: str
     user: str
     scope: Scope
-    expires_at: Optional[str]
+    expires_at: str | None
 
 
 class TokenList(Reply):

@@ -184,9 +184,11 @@ def _model_table(name: str, defs: dict) -> str:
     model = defs.get(name, {})
     props = model.get("properties", {})
     if not props and model.get("additionalProperties") is False:
-        return f"<p id=\"schema-{html.escape(name)}\"><code>{html.escape(name)}</code>: no fields (send nothing or <code>{{}}</code>).</p>"
+        return (f"<p id=\"schema-{html.escape(name)}\"><code>{html.escape(name)}</code>: "
+                "no fields (send nothing or <code>{}</code>).</p>")
     if not props:
-        return f"<p id=\"schema-{html.escape(name)}\"><code>{html.escape(name)}</code>: {html.escape(_schema_text(model, defs))}</p>"
+        return (f"<p id=\"schema-{html.escape(name)}\"><code>{html.escape(name)}</code>: "
+                f"{html.escape(_schema_text(model, defs))}</p>")
     required = set(model.get("required", []))
     rows = []
     for prop, schema in props.items():

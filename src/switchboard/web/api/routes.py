@@ -7,16 +7,27 @@ function the CLI command of the same name calls, answering the CLI's `--json` sh
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...core import (actions, api_tokens, endpoint_terms, endpoints, hooks, inputs, producer, settings_store,
-                    sweeps, todos)
+from ...core import (
+    actions,
+    api_tokens,
+    endpoint_terms,
+    endpoints,
+    hooks,
+    inputs,
+    producer,
+    settings_store,
+    sweeps,
+    todos,
+)
 from ...core.api_tokens import TokenCaller
 from ...core.errors import Invalid
 from . import models as m
@@ -35,11 +46,11 @@ class Call:
     query: BaseModel | None
 
     @property
-    def core(self):  # noqa: ANN201
+    def core(self):
         return self.request.app.state.ctx.core
 
     @property
-    def human(self):  # noqa: ANN201
+    def human(self):
         return self.caller.human
 
     def path(self, name: str) -> str:
@@ -103,7 +114,7 @@ def _with_url(call: Call, ep: dict) -> dict:
 async def vend(call: Call) -> Response:
     f = call.fields()
     seconds = f.get("expires_in_seconds")
-    expires_at = datetime.now(timezone.utc) + timedelta(seconds=seconds) if seconds else None
+    expires_at = datetime.now(UTC) + timedelta(seconds=seconds) if seconds else None
     try:
         ep, credential = await endpoints.vend(call.core, call.human, agent=f.get("agent"), queues=f.get("queues"),
                                               verbs=f.get("verbs"), lease_ttl=f.get("lease_ttl"),
@@ -363,5 +374,6 @@ OPERATIONS: list[Operation] = [
 
 if hasattr(hooks, "enable"):
     OPERATIONS.insert(OPERATIONS.index(next(o for o in OPERATIONS if o.name == "hook_remove")) + 1, Operation(
-        "POST", "/api/v1/endpoints/{slug}/hooks/{hook_id}/enable", "hook_enable", "hooks", "Enable a disabled notify hook",
+        "POST", "/api/v1/endpoints/{slug}/hooks/{hook_id}/enable", "hook_enable", "hooks",
+        "Enable a disabled notify hook",
         enable_hook, m.HookReply, description="Its failure count starts again at 0."))
