@@ -47,10 +47,10 @@ def json_requested() -> bool:
     """Whether the command line asked for `--json` (the parsed flag when a command is running;
     the raw arguments when parsing itself failed)."""
     try:
-        from typer._click.globals import get_current_context
+        from typer._click.globals import get_current_context as current
     except ImportError:  # pragma: no cover - a typer that does not vendor click
-        from click import get_current_context
-    ctx = get_current_context(silent=True)
+        from click import get_current_context as current  # type: ignore[no-redef]  # same function, click's own copy
+    ctx = current(silent=True)
     while ctx is not None:
         if ctx.params.get("as_json"):
             return True
@@ -182,7 +182,7 @@ def user_name(user: str | None) -> str:
     name = user or settings().user
     if not name:
         fail_usage("name the acting user with --user NAME or SWITCHBOARD_USER", argument="user")
-    return name  # type: ignore[return-value]
+    return name
 
 
 async def human(core, user: str | None):

@@ -30,25 +30,25 @@ VERB_OUTCOMES = {
 @dataclass
 class Event:
     verb: str
-    todo: dict
+    todo: dict[str, Any]
     endpoint_id: str
     queue: str
-    closed_attempt: dict | None = None
-    final_attempt: dict | None = None
+    closed_attempt: dict[str, Any] | None = None
+    final_attempt: dict[str, Any] | None = None
     ready: str | None = None
     source: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def todo_id(self) -> str:
-        return self.todo["id"]
+        return str(self.todo["id"])
 
     @property
     def dead_lettered(self) -> bool:
         return self.final_attempt is not None or bool(self.extra.get("dead_lettered")) or (
             self.closed_attempt is not None and self.closed_attempt.get("disposition") == "dead_lettered")
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out = {"verb": self.verb, "todo": self.todo, "endpoint_id": self.endpoint_id, "queue": self.queue}
         if self.final_attempt is not None:
             out["final_attempt"] = self.final_attempt
@@ -57,7 +57,7 @@ class Event:
         return out
 
 
-def build(verb: str, row: dict, closed_raw: dict | None = None, *, ready: str | None = None,
+def build(verb: str, row: dict[str, Any], closed_raw: dict[str, Any] | None = None, *, ready: str | None = None,
           source: str | None = None, **extra: Any) -> Event:
     """Make the event of one committed transition from the returned todo row and closed attempt."""
     closed = shapes.attempt(closed_raw) if closed_raw else None

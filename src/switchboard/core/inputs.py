@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from typing import TypeAlias, TypeGuard
+from typing import Any, TypeAlias, TypeGuard
 from urllib.parse import urlsplit
 
 from .errors import Invalid
@@ -202,7 +202,7 @@ def is_identifier(value: object, *, max_chars: int = ID_MAX_CHARS) -> TypeGuard[
     return isinstance(value, str) and 0 < len(value) <= max_chars and not _IDENT_BAD.search(value)
 
 
-def string_list(value: object, argument: str) -> list:
+def string_list(value: object, argument: str) -> list[str]:
     """A list (or tuple) of strings; a bare string is refused rather than split into characters."""
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise Invalid(f"{argument} must be a list of strings", argument=argument)
@@ -307,7 +307,7 @@ def max_todos(value: object) -> int:
     return value
 
 
-def batch_items(value: object, allowed: frozenset[str]) -> list[dict]:
+def batch_items(value: object, allowed: frozenset[str]) -> list[dict[str, Any]]:
     """The `items` of a batched complete / fail: a list of 1 to BATCH_CLOSE_MAX objects with only the
     `allowed` keys. Each item's values are checked by the verb (errors name `items`)."""
     if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= BATCH_CLOSE_MAX:

@@ -4,6 +4,7 @@ active, and the queue one of its granted queues."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import psycopg
 
@@ -18,7 +19,7 @@ from .queries import Q
 async def push(core: Core, human: HumanCaller, slug: str, *, title: str, queue: str | None = None,
                payload: JsonValue = None, kind: str | None = None, key: str | None = None,
                max_attempts: int | None = None, assignee: str | None = None,
-               source: str = "operator") -> tuple[dict, bool]:
+               source: str = "operator") -> tuple[dict[str, Any], bool]:
     endpoint = await get_for_human(core, human, slug)
     if endpoint["state"] != "active":
         raise Invalid("endpoint is revoked", argument="endpoint")
@@ -44,7 +45,7 @@ def _endpoint_queue(queue: object, queues: list[str]) -> str:
     return queue
 
 
-def _item(raw: object, queues: list[str], default_max_attempts: int) -> dict:
+def _item(raw: object, queues: list[str], default_max_attempts: int) -> dict[str, Any]:
     """One item of a bulk push, checked by the rules of a single push (errors name the bare field)."""
     if not isinstance(raw, dict):
         raise Invalid("must be an object", argument="")
@@ -66,7 +67,8 @@ def _item(raw: object, queues: list[str], default_max_attempts: int) -> dict:
     }
 
 
-def check_items(items: list | tuple, queues: list[str], default_max_attempts: int) -> list[dict]:
+def check_items(items: list[Any] | tuple[Any, ...], queues: list[str],
+                default_max_attempts: int) -> list[dict[str, Any]]:
     """Every item checked by the rules of a single push, in order, before anything is written; the
     first bad one is `invalid` naming `todos[i].field` (i from 0). The CLI checks a whole file with
     it before its first batch."""
@@ -83,14 +85,14 @@ def check_items(items: list | tuple, queues: list[str], default_max_attempts: in
     return out
 
 
-def check_batch(core: Core, items: object, queues: list[str]) -> list[dict]:
+def check_batch(core: Core, items: object, queues: list[str]) -> list[dict[str, Any]]:
     if not isinstance(items, (list, tuple)) or not 1 <= len(items) <= inputs.PUSH_BATCH_MAX:
         raise Invalid(f"todos must be a list of 1 to {inputs.PUSH_BATCH_MAX} objects", argument="todos")
     return check_items(items, queues, core.settings.default_max_attempts)
 
 
 async def push_many(core: Core, human: HumanCaller, slug: str, items: object, *,
-                    source: str = "operator") -> list[tuple[dict, bool]]:
+                    source: str = "operator") -> list[tuple[dict[str, Any], bool]]:
     """Push up to `inputs.PUSH_BATCH_MAX` todos on one endpoint in one INSERT statement.
 
     All or nothing for validation: a bad item is `invalid` naming `todos[i].field` and nothing is
@@ -118,7 +120,7 @@ async def push_many(core: Core, human: HumanCaller, slug: str, items: object, *,
             first_of_key[key] = i
         send.append(i)
 
-    answers: dict[int, tuple[dict, bool]] = {}
+    answers: dict[int, tuple[dict[str, Any], bool]] = {}
     created: list[events.Event] = []
     for _ in range(2):
         for i, row, todo in await _create_batch(core, endpoint["id"], source, [(i, checked[i]) for i in send]):
@@ -138,15 +140,15 @@ async def push_many(core: Core, human: HumanCaller, slug: str, items: object, *,
             for i in range(len(checked))]
 
 
-def batch_reply(results: list[tuple[dict, bool]]) -> dict:
+def batch_reply(results: list[tuple[dict[str, Any], bool]]) -> dict[str, Any]:
     """The answer of a bulk push, as the human API sends it and `todo push --from-file --json` prints it."""
     created = sum(1 for _, c in results if c)
     return {"results": [{"todo": t, "created": c} for t, c in results], "created": created,
             "existing": len(results) - created}
 
 
-async def _create_batch(core: Core, endpoint_id, source: str,
-                        items: list[tuple[int, dict]]) -> list[tuple[int, dict, dict]]:
+async def _create_batch(core: Core, endpoint_id: Any, source: str,
+                        items: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
     """Run `producer.create_batch` for `items` ((input index, checked item)); answers (index, row,
     compact todo) for the items inserted or found as live duplicates."""
     sent = [{"ord": n, "id": todos.new_todo_id(), "queue": it["queue"], "kind": it["kind"], "title": it["title"],

@@ -70,7 +70,9 @@ def connection_of(session: Any) -> Any:
 
 
 def _caller(ctx: ServerRequestContext) -> EndpointCaller:
-    return ctx.request.scope[CALLER_KEY]  # set by the gateway on every request that reaches the SDK
+    assert ctx.request is not None  # tools and resources are only called inside a request
+    caller: EndpointCaller = ctx.request.scope[CALLER_KEY]  # set by the gateway on every such request
+    return caller
 
 
 def _session_id(ctx: ServerRequestContext) -> str | None:
@@ -327,7 +329,7 @@ class McpSurface:
         elapsed = time.perf_counter() - started
         if self.observe_tool_call is not None:
             self.observe_tool_call(tool.name, elapsed, done.outcome)
-        facts = {"verb": tool.name, "todo_id": done.todo_id, "outcome": done.outcome}
+        facts: dict[str, object] = {"verb": tool.name, "todo_id": done.todo_id, "outcome": done.outcome}
         if done.attempt_seq is not None:
             facts["attempt_seq"] = done.attempt_seq
         request_facts = CALL_FACTS.get()

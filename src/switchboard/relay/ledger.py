@@ -173,8 +173,9 @@ def document(epic: Epic, state: EpicState, views: dict[str, TaskView]) -> dict:
         ends = [v.todo.get("completed_at") or v.todo.get("updated_at") for v in views.values() if v.todo]
         ended = max((e for e in ends if e), default=None)
     duration = None
-    if started and ended:
-        duration = int(round((_parse_ts(ended) - _parse_ts(started)).total_seconds() / 60))
+    start_at, end_at = _parse_ts(started), _parse_ts(ended)
+    if start_at and end_at:
+        duration = int(round((end_at - start_at).total_seconds() / 60))
     attempts: dict[str, list[dict]] = {}
     for tid, v in views.items():
         entries = [_attempt_entry(i, todo, a) for i, (todo, a) in enumerate(v.attempts(), start=1)]

@@ -90,7 +90,8 @@ def compose(runtime: Runtime) -> tuple[Surfaces, list[Component]]:
     board = _build("board", lambda: web_board.build(runtime))
     sinks = _build("sinks", lambda: web_sinks.SinkSender(runtime))
     intake = _build("intake", lambda: web_intake_hook.IntakeReceiver(runtime, registry=metrics.metrics.registry))
-    metrics.metrics.registry.register(mcp.gateway.sessions_cap)  # live MCP sessions, evictions
+    if mcp.gateway.sessions_cap is not None:
+        metrics.metrics.registry.register(mcp.gateway.sessions_cap)  # live MCP sessions, evictions
     surfaces = Surfaces(metrics=metrics, hooks=hooks, mcp=mcp, a2ui=a2ui, doorbell=doorbell, board=board,
                         sinks=sinks)
     components = [

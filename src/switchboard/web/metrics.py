@@ -28,6 +28,7 @@ import hmac
 import logging
 import re
 import threading
+from collections.abc import Callable
 
 from prometheus_client import (
     CollectorRegistry,
@@ -260,7 +261,7 @@ class MetricsSurface:
         self._token_digest = _digest(token) if token else None
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._render = asyncio.Lock()
-        self._unsubscribe = None
+        self._unsubscribe: Callable[[], object] | None = None
 
     def _authorized(self, request: Request) -> bool:
         header = request.headers.get("authorization", "")

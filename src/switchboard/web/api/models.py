@@ -20,10 +20,10 @@ from ...core.states import TODO_STATES
 
 Json = Any  # any JSON value
 
-TodoState = Literal[tuple(TODO_STATES)]  # type: ignore[valid-type]
+TodoState = Literal[tuple(TODO_STATES)]
 Scope = Literal["read", "write"]
-HookEvent = Literal[tuple(hooks.EVENTS)]  # type: ignore[valid-type]
-Verb = Literal[tuple(VERBS)]  # type: ignore[valid-type]
+HookEvent = Literal[tuple(hooks.EVENTS)]
+Verb = Literal[tuple(VERBS)]
 QUEUE_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{inputs.QUEUE_MAX_CHARS - 1}}}$"
 
 
