@@ -9,6 +9,8 @@ invalid), 2 usage. Locally, commands that act on todos, endpoints and tokens act
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -235,8 +237,14 @@ def todo_list(slug: str | None = typer.Argument(None, help="Only this endpoint's
               user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """List todos, newest first."""
     out = backend(user).todo_list(slug, state=state, queue=queue, dead_letter=dead_letter, limit=limit)
-    emit(out, as_json, lambda o: [typer.echo(_todo_line(t)) for t in o["todos"]] or
-         (typer.echo("no todos") if not o["todos"] else None))
+    emit(out, as_json, _print_todos)
+
+
+def _print_todos(o: dict) -> None:
+    for t in o["todos"]:
+        typer.echo(_todo_line(t))
+    if not o["todos"]:
+        typer.echo("no todos")
 
 
 def _show_text(t: dict) -> None:
@@ -266,7 +274,7 @@ def todo_show(todo_id: str = typer.Argument(..., metavar="ID"), user: str | None
     emit(backend(user).todo_show(todo_id), as_json, _show_text)
 
 
-def _field_option(field) -> tuple[type, object]:
+def _field_option(field) -> tuple[Any, object]:
     """The typer option of an owner-action field (core/actions.py): text as is, JSON as text, @file
     or @-, integers and booleans as typed flags."""
     flag = "--" + field.name.replace("_", "-")
@@ -306,7 +314,7 @@ def _action_command(action) -> None:
         out = backend(user).todo_act(action.name, todo_id, fields)
         emit(out, as_json, lambda o: typer.echo(_todo_line(o["todo"])))
 
-    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # typer reads it
     command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
     command.__doc__ = action.help
     command.__name__ = f"todo_{action.name}"
@@ -328,7 +336,12 @@ _register_actions()
 @settings_app.command("get")
 def settings_get(key: str | None = typer.Argument(None), as_json: bool = JsonOpt) -> None:
     """Show one setting, or all of them (on a remote server: admins only)."""
-    emit(backend().settings_get(key), as_json, lambda o: [typer.echo(f"{k} = {v}") for k, v in o.items()])
+    emit(backend().settings_get(key), as_json, _print_settings)
+
+
+def _print_settings(o: dict) -> None:
+    for k, v in o.items():
+        typer.echo(f"{k} = {v}")
 
 
 @settings_app.command("set")
@@ -353,7 +366,7 @@ def main() -> None:
     try:
         from typer._click.exceptions import ClickException, NoArgsIsHelpError
     except ImportError:  # pragma: no cover - a typer that does not vendor click
-        from click.exceptions import ClickException, NoArgsIsHelpError
+        from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[assignment]  # click's own copies
     try:
         code = app(standalone_mode=False)
     except KeyboardInterrupt:

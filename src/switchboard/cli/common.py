@@ -36,8 +36,9 @@ def _flags_show_no_type() -> None:
             return None
         return shown(self, ctx)
 
-    display_type_rich.flags_show_no_type = True  # type: ignore[attr-defined]
-    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+    # Typer has no option for this: its option class gets the patched printer, marked as patched.
+    display_type_rich.flags_show_no_type = True  # type: ignore[attr-defined]  # a marker on a function
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]  # the patch itself
 
 
 _flags_show_no_type()
@@ -169,7 +170,7 @@ def printable_obj(obj: Any, key: str | None = None) -> Any:
     return obj
 
 
-def emit(obj: dict, as_json: bool, text: Callable[[dict], None] | None = None) -> None:
+def emit(obj: dict, as_json: bool, text: Callable[[dict], object] | None = None) -> None:
     """One JSON object on stdout, or the human-readable text of `text(obj)`, whose strings have been
     made `printable` first."""
     if as_json or text is None:

@@ -85,9 +85,9 @@ def _clip(text: str, limit: int) -> str:
 def _messages(surface_id: str, root: Column) -> list[dict]:
     """The wire messages of one surface: create it on the basic catalog, then send its components."""
     return to_message_dicts([
-        CreateSurfaceMessage(create_surface=CreateSurface(surface_id=surface_id, catalog_id=CATALOG_ID)),
-        UpdateComponentsMessage(update_components=UpdateComponents(surface_id=surface_id,
-                                                                   components=root.flatten())),
+        CreateSurfaceMessage(createSurface=CreateSurface(surfaceId=surface_id, catalogId=CATALOG_ID)),
+        UpdateComponentsMessage(updateComponents=UpdateComponents(surfaceId=surface_id,
+                                                                  components=root.flatten())),
     ])
 
 

@@ -131,7 +131,8 @@ class McpSurface:
             "switchboard", version=__version__, title="Switchboard",
             instructions=instructions_for(None, self.settings.lease_ttl_seconds, []),
             get_tool_input_schema=tools.input_schema_of,
-            on_list_tools=self._list_tools, on_call_tool=self._call_tool,
+            # The handlers answer dicts of the result models' shapes, which the SDK validates.
+            on_list_tools=self._list_tools, on_call_tool=self._call_tool,  # type: ignore[arg-type]
             on_list_resources=self._list_resources, on_list_resource_templates=self._list_templates,
             on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe, on_unsubscribe_resource=self._unsubscribe,

@@ -161,7 +161,7 @@ def create_app(settings: Settings, *, on_ready: Callable[[Runtime], None] | None
     for part in parts:
         if part.wrap:
             asgi = part.wrap(asgi)
-    if asgi is not app:
-        asgi.state = app.state  # type: ignore[attr-defined]
-        asgi.router = app.router  # type: ignore[attr-defined]
-    return asgi  # type: ignore[return-value]
+    if asgi is not app:  # the outer wrapper answers for the app: its state and routes, as callers expect
+        asgi.state = app.state  # type: ignore[attr-defined]  # a wrapper, given the app's state
+        asgi.router = app.router  # type: ignore[attr-defined]  # and its routes
+    return asgi  # type: ignore[return-value]  # a Starlette app or its wrapper with the same state and routes

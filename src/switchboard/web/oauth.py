@@ -33,7 +33,7 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 from uuid import UUID
 
@@ -49,6 +49,7 @@ from mcp.server.auth.provider import (
     AuthorizationCode,
     AuthorizationParams,
     AuthorizeError,
+    OAuthAuthorizationServerProvider,
     RefreshToken,
     RegistrationError,
     TokenError,
@@ -218,6 +219,7 @@ class HashedClientAuthenticator(ClientAuthenticator):
             client_id = basic_id
         if not isinstance(client_id, str) or not client_id:
             raise AuthenticationError("missing client_id")
+        # The SDK types its provider as its protocol; this one is ours (SwitchboardProvider).
         row = await oauth.get_client(self.provider.core, client_id)  # type: ignore[attr-defined]
         if row is None:
             raise AuthenticationError(f"unknown client_id {client_id[:64]!r}")
@@ -389,7 +391,9 @@ def component(runtime: Runtime) -> Component:
     metadata.revocation_endpoint = _URL.validate_python(base + PATHS["revoke"])
     metadata.token_endpoint_auth_methods_supported = ["none", "client_secret_post", "client_secret_basic"]
     metadata.authorization_response_iss_parameter_supported = True  # the consent's redirects name the issuer
-    authenticator = HashedClientAuthenticator(provider)  # type: ignore[arg-type]
+    # The SDK's provider protocol also lists exchange_identity_assertion, a grant not offered here.
+    sdk_provider = cast("OAuthAuthorizationServerProvider[Any, Any, Any]", provider)
+    authenticator = HashedClientAuthenticator(sdk_provider)
     consent = Consent(provider, signer)
 
     async def resource_metadata(request: Request) -> Response:
@@ -399,7 +403,7 @@ def component(runtime: Runtime) -> Component:
             scopes_supported=[SCOPE], resource_name="Switchboard endpoint")
         return await ProtectedResourceMetadataHandler(document).handle(request)
 
-    authorization = AuthorizationHandler(provider)  # type: ignore[arg-type]
+    authorization = AuthorizationHandler(sdk_provider)
     consent_prefix = f"{base}{PATHS['consent']}?"
 
     async def authorize(request: Request) -> Response:
@@ -424,11 +428,11 @@ def component(runtime: Runtime) -> Component:
         Route("/.well-known/oauth-authorization-server",
               cors_middleware(MetadataHandler(metadata).handle, ["GET", "OPTIONS"]), methods=["GET", "OPTIONS"]),
         Route(PATHS["authorize"], _limited(authorize), methods=["GET", "POST"]),
-        Route(PATHS["token"], _cors(_limited(TokenHandler(provider, authenticator).handle),  # type: ignore[arg-type]
+        Route(PATHS["token"], _cors(_limited(TokenHandler(sdk_provider, authenticator).handle),
                                     ["POST", "OPTIONS"]), methods=["POST", "OPTIONS"]),
-        Route(PATHS["register"], _cors(_limited(RegistrationHandler(provider, registration).handle),  # type: ignore[arg-type]
+        Route(PATHS["register"], _cors(_limited(RegistrationHandler(sdk_provider, registration).handle),
                                        ["POST", "OPTIONS"]), methods=["POST", "OPTIONS"]),
-        Route(PATHS["revoke"], _cors(_limited(RevocationHandler(provider, authenticator).handle),  # type: ignore[arg-type]
+        Route(PATHS["revoke"], _cors(_limited(RevocationHandler(sdk_provider, authenticator).handle),
                                      ["POST", "OPTIONS"]), methods=["POST", "OPTIONS"]),
         Route(PATHS["consent"], consent_page, methods=["GET"]),
         Route(PATHS["consent"], consent_post, methods=["POST"]),

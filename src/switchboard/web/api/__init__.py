@@ -18,7 +18,7 @@ import json
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...runtime import Component
@@ -86,7 +86,7 @@ class JsonMisses:
 
 
 def component() -> Component:
-    routes = [Route("/api/v1/openapi.json", openapi_json, methods=["GET"]),
+    routes: list[BaseRoute] = [Route("/api/v1/openapi.json", openapi_json, methods=["GET"]),
               Route("/api/v1/docs", docs_page, methods=["GET"]),
               Route("/api/v1/docs.css", docs_style, methods=["GET"])]
     routes += [Route(op.path, endpoint_for(op), methods=[op.method], name=op.name) for op in OPERATIONS]

@@ -10,7 +10,7 @@ and friends) return; those shapes are the CLI's `--json` output too.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
 
@@ -20,10 +20,15 @@ from ...core.states import TODO_STATES
 
 Json = Any  # any JSON value
 
-TodoState = Literal[tuple(TODO_STATES)]
+if TYPE_CHECKING:  # built from the core's tuples at import; plain strings to the type checker
+    TodoState = str
+    HookEvent = str
+    Verb = str
+else:
+    TodoState = Literal[tuple(TODO_STATES)]
+    HookEvent = Literal[tuple(hooks.EVENTS)]
+    Verb = Literal[tuple(VERBS)]
 Scope = Literal["read", "write"]
-HookEvent = Literal[tuple(hooks.EVENTS)]
-Verb = Literal[tuple(VERBS)]
 QUEUE_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{inputs.QUEUE_MAX_CHARS - 1}}}$"
 
 

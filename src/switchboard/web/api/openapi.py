@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from ... import __version__
 from . import models as m
@@ -51,8 +51,8 @@ TAGS = [
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}}
 
 
-def _models(ops: list[Operation]) -> tuple[list[tuple[type[BaseModel], str]], dict]:
-    wanted: list[tuple[type[BaseModel], str]] = [(m.ErrorReply, "serialization")]
+def _models(ops: list[Operation]) -> tuple[list[tuple[type[BaseModel], JsonSchemaMode]], dict]:
+    wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m.ErrorReply, "serialization")]
     for op in ops:
         if op.body is not None:
             wanted.append((op.body, "validation"))

@@ -175,7 +175,7 @@ async def push_todos(call: Call) -> Response:
 
 async def _list(call: Call, slug: str | None) -> Response:
     q = call.query
-    assert q is not None
+    assert isinstance(q, m.TodoListQuery)
     if slug is not None:
         await endpoints.get_for_human(call.core, call.human, slug)  # another human's slug is not_found
     limit = inputs.count(q.limit, "limit", default=inputs.LIST_LIMIT_DEFAULT, low=1, high=inputs.OWNER_LIST_LIMIT_MAX)
@@ -198,7 +198,7 @@ async def list_todos(call: Call) -> Response:
 async def show_todo(call: Call) -> Response:
     q = call.query
     todo = await todos.get(call.core, call.human, call.path("id"),
-                           attempts_limit=q.attempts_limit if q is not None else None)
+                           attempts_limit=q.attempts_limit if isinstance(q, m.TodoShowQuery) else None)
     return json_reply({"todo": todo})
 
 
