@@ -411,7 +411,7 @@ async def profile(uri: str, slug: str, credential: str, seconds: float, out: Pat
     stats = pstats.Stats(str(out))
     cycles = per_s * seconds
     rows = []
-    for (file, line, fn), (_, ncalls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for (file, line, fn), (_, ncalls, tottime, cumtime, _) in stats.stats.items():
         where = file.split("site-packages/")[-1].split("/src/")[-1]
         rows.append((tottime, cumtime, ncalls, f"{where}:{line}({fn})"))
     lines = [f"profile: {cycles:,.0f} cycles under cProfile ({per_s:,.0f}/s; the profiler slows the server)",

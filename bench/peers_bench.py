@@ -33,8 +33,8 @@ BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-import store_bench  # noqa: E402  the PostgreSQL server helper, machine facts, server CPU
-from peers import harness, registry  # noqa: E402
+import store_bench  # the PostgreSQL server helper, machine facts, server CPU
+from peers import harness, registry
 
 SECTION = "## Peers"
 

@@ -871,8 +871,10 @@ async def generic_plan(tenant: Tenant, statement: str = "claim_next_one") -> str
 
 def fmt_table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-    line = lambda r: "| " + " | ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
-                                       for i, (c, w) in enumerate(zip(r, widths, strict=True))) + " |"
+
+    def line(r: list[str]) -> str:
+        return "| " + " | ".join(str(c).rjust(w) if i else str(c).ljust(w)
+                                 for i, (c, w) in enumerate(zip(r, widths, strict=True))) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(header), sep] + [line(r) for r in rows])
 

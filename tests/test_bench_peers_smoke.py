@@ -15,12 +15,12 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
-import peers_bench  # noqa: E402
-from peers import registry  # noqa: E402
-from peers.harness import Clock  # noqa: E402
-from peers.raw import RawPerJob  # noqa: E402
-from peers.switchboard import QUEUE, SwitchboardCore  # noqa: E402
-from switchboard.core import todos  # noqa: E402
+import peers_bench
+from peers import registry
+from peers.harness import Clock
+from peers.raw import RawPerJob
+from peers.switchboard import QUEUE, SwitchboardCore
+from switchboard.core import todos
 
 
 @pytest.fixture
