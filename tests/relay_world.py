@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from conftest import ROOT, core_for, run_async
-from switchboard.core import endpoints, humans, todos
+from switchboard.core import api_tokens, endpoints, humans, todos
 
 EXAMPLE = ROOT / "examples" / "relay"
 
@@ -139,7 +139,7 @@ def make_world(pg_uri: str, server_url: str, directory: Path, *, queues: tuple[s
     async def setup() -> tuple[str, str, str]:
         async with core_for(pg_uri) as core:
             h = await humans.add(core, "ops", "password123")
-            token, _ = await humans.create_token(core, h)
+            token, _ = await api_tokens.create(core, h)
             ep, credential = await endpoints.vend(core, h, agent="relay", queues=list(queues))
             return token, credential, ep["slug"]
 

@@ -16,7 +16,7 @@ from account_kit import csrf_of, post_with_session, sign_in, signed_in_status
 from board_kit import PASSWORD, axe_violations, page_for, screenshot
 from board_kit import sign_in as browser_sign_in
 from conftest import create_database, make_settings, start_process_server, start_thread_server
-from switchboard.core import humans
+from switchboard.core import api_tokens
 from test_cli import _base_env, ok_json, refused, sb
 
 
@@ -124,9 +124,9 @@ def test_user_disable_and_enable(shared_db):
 async def test_account_page_changes_the_password_and_revokes_tokens(board_server, browser):
     human = await board_server.human("acct")
     stranger = await board_server.human("stranger")
-    kept, _ = await board_server.run(humans.create_token, human)
-    doomed, doomed_row = await board_server.run(humans.create_token, human)
-    _, foreign_row = await board_server.run(humans.create_token, stranger)
+    kept, _ = await board_server.run(api_tokens.create, human)
+    doomed, doomed_row = await board_server.run(api_tokens.create, human)
+    _, foreign_row = await board_server.run(api_tokens.create, stranger)
     elsewhere = await sign_in(board_server.url, human.name)  # another browser, signed in earlier
 
     async with page_for(browser, board_server, human) as page:
@@ -197,14 +197,14 @@ async def test_account_page_changes_the_password_and_revokes_tokens(board_server
         foreign = await client.post(f"/account/tokens/{foreign_row['id']}/revoke", data={"csrf_token": csrf})
         unknown = await client.post(f"/account/tokens/{uuid.uuid4()}/revoke", data={"csrf_token": csrf})
         assert foreign.status_code == unknown.status_code == 404 and foreign.content == unknown.content
-    assert (await board_server.run(humans.list_tokens, stranger))[0]["revoked_at"] is None
+    assert (await board_server.run(api_tokens.list_for, stranger))[0]["revoked_at"] is None
     await sign_in(board_server.url, human.name, "another-long-password")
 
 
 async def _token_id(server, human, token: str) -> str:
     from switchboard.core.secrets import display_prefix
 
-    rows = await server.run(humans.list_tokens, human)
+    rows = await server.run(api_tokens.list_for, human)
     return next(r["id"] for r in rows if r["prefix"] == display_prefix(token))
 
 

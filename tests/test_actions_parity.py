@@ -18,7 +18,7 @@ import pytest
 
 from conftest import make_settings, start_thread_server
 from mcp_support import push, vend
-from switchboard.core import actions, endpoints, humans, todos
+from switchboard.core import actions, api_tokens, endpoints, todos
 from switchboard.core.states import TodoState
 
 SB = str(Path(sys.executable).parent / "switchboard")
@@ -160,7 +160,7 @@ SURFACES = ("core", "api", "board", "cli")
 @pytest.fixture
 async def world(core, server, pg_uri):
     agent = await vend(core, "parity", queues=["inbox"])
-    token, _ = await humans.create_token(core, agent.human)
+    token, _ = await api_tokens.create(core, agent.human)
     w = World(core, server, agent, token, pg_uri)
     yield w
     w.api.close()

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import make_settings, start_thread_server
 from mcp_support import push, vend
-from switchboard.core import endpoints, humans, todos
+from switchboard.core import api_tokens, endpoints, todos
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ class Api:
 
 async def api_for(core, base: str, name: str = "alice"):
     agent = await vend(core, name, queues=["build", "deploy"])
-    token, _ = await humans.create_token(core, agent.human)
+    token, _ = await api_tokens.create(core, agent.human)
     return agent, Api(base, token)
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import make_settings, start_thread_server
 from mcp_support import push, vend
-from switchboard.core import api_tokens, endpoints, hooks, humans, todos
+from switchboard.core import api_tokens, endpoints, hooks, todos
 from switchboard.web.api import OPERATIONS
 from switchboard.web.api.models import ACTION_MODELS
 
@@ -300,7 +300,7 @@ async def test_tokens_scopes_expiry_and_revocation(core, server):
     assert api.post(f"/tokens/{me['id']}/revoke").status_code == 200
     assert api.get("/me").status_code == 401
     # The CLI's `token create` tokens are write tokens, and old ones keep working.
-    old, _ = await humans.create_token(core, agent.human)
+    old, _ = await api_tokens.create(core, agent.human)
     assert Api(server.url, old).get("/me").json()["token"]["scope"] == "write"
     for body, argument in (({"scope": "admin"}, "scope"), ({"expires_in_seconds": 5}, "expires_in_seconds"),
                            ({"expires_in_seconds": "600"}, "expires_in_seconds"), ({"name": "x"}, "name")):

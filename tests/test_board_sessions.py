@@ -12,7 +12,7 @@ import pytest
 from account_kit import post_with_session, sign_in, signed_in_status
 from board_kit import PASSWORD
 from conftest import create_database, make_settings, run_async, start_thread_server
-from switchboard.core import humans
+from switchboard.core import api_tokens, humans
 from switchboard.core.secrets import sha256
 from switchboard.web.board.sessions import Sessions
 
@@ -97,7 +97,7 @@ async def test_disabling_a_human_ends_their_sessions_sign_in_and_tokens(database
     human = _add_human(database)
     srv = servers()
     cookie = await sign_in(srv.url, human.name)
-    token, _ = _core_call(database, humans.create_token, human)
+    token, _ = _core_call(database, api_tokens.create, human)
     import httpx
 
     async with httpx.AsyncClient(base_url=srv.url, headers={"Authorization": f"Bearer {token}"}) as api:

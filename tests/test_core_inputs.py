@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import core_for, create_database
 from core_world import attempt_rows, make_world, sql
-from switchboard.core import endpoints, humans, producer, settings_store, todos
+from switchboard.core import api_tokens, endpoints, humans, producer, settings_store, todos
 from switchboard.core.errors import CoreError, Forbidden, Invalid, NotFound
 
 TABLES = ("humans", "human_tokens", "agents", "endpoints", "todos", "todo_attempts", "settings")
@@ -267,7 +267,7 @@ async def test_other_refusals_name_the_argument(shared):
         assert await humans.verify_password(core, name, "\ud800password") is None
     for cred in ("sbk_\x00", "sbk_\ud800", "x" * 10000, None, "sbk_"):
         assert await endpoints.resolve_credential(core, cred) is None
-        assert await humans.resolve_token(core, cred if cred is None else cred.replace("sbk_", "sbh_")) is None
+        assert await api_tokens.resolve(core, cred if cred is None else cred.replace("sbk_", "sbh_")) is None
     assert await fingerprint(core) == before
 
 

@@ -32,7 +32,7 @@ import yaml
 from conftest import ROOT, core_for, create_database, free_port
 from mcp_support import body, sdk, vend
 from switchboard.config import ConfigError, Settings, load_settings
-from switchboard.core import humans
+from switchboard.core import api_tokens
 from switchboard.mcp.session_ids import instance_of
 
 DEPLOY = ROOT / "deploy"
@@ -339,7 +339,7 @@ async def test_sdk_drains_through_nginx_and_a_session_survives_the_other_process
     uri, base, servers, work = topology
     async with core_for(uri) as core:
         agent = await vend(core, queues=["inbox"])
-        token, _ = await humans.create_token(core, agent.human)
+        token, _ = await api_tokens.create(core, agent.human)
 
     async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=10) as api:
         async def push(n: int, tag: str) -> list[str]:
@@ -481,7 +481,7 @@ async def test_sigterm_lets_a_request_in_flight_finish(pg_server):
         srv.start()
         async with core_for(uri) as core:
             agent = await vend(core, queues=["inbox"])
-            token, _ = await humans.create_token(core, agent.human)
+            token, _ = await api_tokens.create(core, agent.human)
         sent_head = asyncio.Event()
 
         async def slow_body():

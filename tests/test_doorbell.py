@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from conftest import make_settings, start_process_server, start_thread_server
 from core_world import make_due, sql
 from mcp_support import push, vend
-from switchboard.core import humans, sweeps
+from switchboard.core import api_tokens, sweeps
 from switchboard.mcp.doorbell import _stream_open, channel_params, defuse
 
 CHANNEL = "notifications/claude/channel"
@@ -294,7 +294,7 @@ async def test_a_lost_listen_connection_is_restored_and_what_was_missed_is_rung(
 
 async def test_a_todo_created_through_one_process_rings_a_session_held_by_another(core, pg_uri):
     a = await vend(core, queues=["inbox"])
-    token, _ = await humans.create_token(core, a.human)
+    token, _ = await api_tokens.create(core, a.human)
     first = await push(core, a, "rings on open")
     proc_a = start_process_server(pg_uri)
     proc_b = start_process_server(pg_uri)

@@ -16,7 +16,7 @@ import httpx
 
 from conftest import start_process_server
 from mcp_support import ACCEPT, Raw, vend
-from switchboard.core import humans
+from switchboard.core import api_tokens
 
 
 def _abort(s: socket.socket) -> None:
@@ -27,7 +27,7 @@ def _abort(s: socket.socket) -> None:
 
 async def test_clients_leaving_mid_request_leave_one_json_line_each(core, pg_uri):
     agent = await vend(core, "leaver")
-    token, _ = await humans.create_token(core, agent.human)
+    token, _ = await api_tokens.create(core, agent.human)
     srv = start_process_server(pg_uri, env={"SWITCHBOARD_RATE_LIMIT_BURST": "1000"})
     lines: list[bytes] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(srv.process.stdout.readline, b"")), daemon=True)

@@ -13,7 +13,7 @@ import pytest
 from conftest import make_settings, start_thread_server
 from mcp_support import ACCEPT, Raw, vend
 from switchboard.config import ConfigError, load_settings
-from switchboard.core import humans
+from switchboard.core import api_tokens
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
@@ -42,7 +42,7 @@ def _raw(srv, request: bytes) -> bytes:
 
 async def test_a_rebound_host_reaches_no_page_no_dev_login_no_vend_and_no_api(core, server):
     agent = await vend(core, "rebound")
-    token, _ = await humans.create_token(core, agent.human)
+    token, _ = await api_tokens.create(core, agent.human)
     evil = {"Host": f"attacker.example:{_port(server)}"}
     with httpx.Client(base_url=server.url, timeout=10) as http:
         refused = [
@@ -109,7 +109,7 @@ async def test_no_redirect_carries_a_refused_host(core, server):
 
 async def test_two_authorization_headers_are_refused_on_mcp_api_and_metrics(core, server):
     agent = await vend(core, "twice")
-    token, _ = await humans.create_token(core, agent.human)
+    token, _ = await api_tokens.create(core, agent.human)
     port = _port(server)
     body = json.dumps(INIT).encode()
     cases = [

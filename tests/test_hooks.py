@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from conftest import core_for, create_database, make_settings, start_process_server, start_thread_server
 from core_world import lapse, make_due, make_world, sql
-from switchboard.core import hooks, humans, sweeps, todos
+from switchboard.core import api_tokens, hooks, sweeps, todos
 from switchboard.core.errors import Conflict, Invalid, NotFound
 from switchboard.web.hooks import render_body
 
@@ -114,7 +114,7 @@ async def delivered(core, outbox_count: int, timeout: float = 15.0) -> list[dict
 
 async def test_a_signed_notification_verifies_with_the_standard_webhooks_library(core, server, receiver):
     w = await make_world(core)
-    token, _ = await humans.create_token(core, w.h1)
+    token, _ = await api_tokens.create(core, w.h1)
     r = api(server, token, "POST", f"/api/v1/endpoints/{w.slug1}/hooks", json={"url": receiver.url})
     assert r.status_code == 201, r.text
     secret = r.json()["signing_secret"]
@@ -312,8 +312,8 @@ def test_bodies_stay_within_4_kib():
 
 async def test_only_the_owner_manages_hooks_and_the_ceiling_holds(core, server):
     w = await make_world(core)
-    token1, _ = await humans.create_token(core, w.h1)
-    token2, _ = await humans.create_token(core, w.h2)
+    token1, _ = await api_tokens.create(core, w.h1)
+    token2, _ = await api_tokens.create(core, w.h2)
     base = f"/api/v1/endpoints/{w.slug1}/hooks"
     assert httpx.get(server.url + base).status_code == 401
     assert api(server, "sbh_wrong", "GET", base).status_code == 401

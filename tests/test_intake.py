@@ -20,7 +20,7 @@ from standardwebhooks.webhooks import Webhook
 
 from conftest import create_database, make_settings, start_thread_server
 from mcp_support import vend
-from switchboard.core import humans, intake_rules, intakes, todos
+from switchboard.core import api_tokens, humans, intake_rules, intakes, todos
 from switchboard.core.errors import Invalid
 from switchboard.web import intake_hook
 
@@ -104,7 +104,7 @@ class Owner:
 
 async def owner(core, base: str, name: str = "alice", queues=("inbox",)) -> Owner:
     agent = await vend(core, name, queues=list(queues))
-    token, _ = await humans.create_token(core, agent.human)
+    token, _ = await api_tokens.create(core, agent.human)
     return Owner(base, token, agent)
 
 

@@ -17,7 +17,7 @@ from mcp.client.subscriptions import ResourceUpdated, SubscriptionLost
 
 from conftest import start_process_server
 from mcp_support import body, push, sdk, vend
-from switchboard.core import endpoints, humans
+from switchboard.core import api_tokens, endpoints
 from switchboard.mcp.resources import queue_uri
 
 INBOX = queue_uri("inbox")
@@ -48,7 +48,7 @@ async def test_listen_rings_across_processes_under_the_doorbell_rules(core, two_
     a_srv, b_srv = two_processes
     a = await vend(core, queues=["inbox"])
     neighbour = await vend(core, "bob", agent="other", queues=["inbox"])  # same queue name, another endpoint
-    token, _ = await humans.create_token(core, a.human)
+    token, _ = await api_tokens.create(core, a.human)
     waiting = await push(core, a, "already pending")
 
     async def push_through_b(title: str) -> dict:

@@ -12,7 +12,7 @@ import httpx
 
 from conftest import start_process_server
 from mcp_support import Raw, body, push, sdk, vend
-from switchboard.core import humans
+from switchboard.core import api_tokens
 
 
 async def test_a_fenced_lifecycle_leaves_no_secret_or_report_in_the_logs(core, pg_uri):
@@ -25,7 +25,7 @@ async def test_a_fenced_lifecycle_leaves_no_secret_or_report_in_the_logs(core, p
     secrets: list[str] = []
     try:
         a = await vend(core)
-        api_token, _ = await humans.create_token(core, a.human)
+        api_token, _ = await api_tokens.create(core, a.human)
         secrets += [a.credential, api_token]
         t = await push(core, a, "lifecycle")
 

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import ROOT, clean_database, start_process_server
 from relay_world import World, make_world, write_epic
+from switchboard.core import api_tokens
 from switchboard.relay.receipts import parse_summary
 
 FAST = dict(retry_backoff_base_seconds=0.2, retry_backoff_max_seconds=0.5, rate_limit_rps=500, rate_limit_burst=500)
@@ -283,7 +284,7 @@ def _token_of_another_human(world: World) -> str:
 
     async def make() -> str:
         async with core_for(world.pg_uri) as core:
-            return (await humans.create_token(core, await humans.add(core, "mallory", "password123")))[0]
+            return (await api_tokens.create(core, await humans.add(core, "mallory", "password123")))[0]
 
     return run_async(make())
 

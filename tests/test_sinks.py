@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from conftest import clean_database, core_for, make_settings, run_async, start_thread_server
 from core_world import make_world, sql
-from switchboard.core import hooks, humans, sink_messages, sinks, todos
+from switchboard.core import api_tokens, hooks, sink_messages, sinks, todos
 from switchboard.core.errors import Invalid, NotFound
 from switchboard.runtime import Runtime
 from switchboard.web.sinks import SinkSender, send_test
@@ -359,8 +359,8 @@ async def test_a_disabled_notify_hook_is_enabled_again_by_its_owner_only(core, p
         await hooks.enable(core, w.h2, hook["hook_id"])
     with pytest.raises(NotFound):
         await hooks.enable(core, w.h2, hook["hook_id"], slug=w.slug1)
-    token1, _ = await humans.create_token(core, w.h1)
-    token2, _ = await humans.create_token(core, w.h2)
+    token1, _ = await api_tokens.create(core, w.h1)
+    token2, _ = await api_tokens.create(core, w.h2)
     srv = start_thread_server(make_settings(pg_uri))
     try:
         path = f"/api/v1/endpoints/{{}}/hooks/{hook['hook_id']}/enable"
@@ -417,7 +417,7 @@ def call(srv, token: str, method: str, path: str, **kw) -> httpx.Response:
 
 async def test_the_api_adds_lists_tests_enables_and_removes_a_sink(core, api_server, receiver):
     w = await make_world(core)
-    token, _ = await humans.create_token(core, w.h1)
+    token, _ = await api_tokens.create(core, w.h1)
     assert httpx.get(api_server.url + "/api/v1/sinks").status_code == 401
     r = call(api_server, token, "POST", "/api/v1/sinks", json={
         "kind": "discord", "url": receiver.url("/chat?token=receiver-secret"), "name": "ops",
@@ -450,7 +450,7 @@ async def test_the_api_adds_lists_tests_enables_and_removes_a_sink(core, api_ser
 async def test_another_humans_sink_is_the_same_not_found_as_an_unknown_one(core, api_server):
     w = await make_world(core)
     sink = await sinks.add(core, w.h1, kind="slack", url="https://hooks.example.com/mine")
-    token2, _ = await humans.create_token(core, w.h2)
+    token2, _ = await api_tokens.create(core, w.h2)
     for method, suffix in (("DELETE", ""), ("POST", "/enable"), ("POST", "/test")):
         foreign = call(api_server, token2, method, f"/api/v1/sinks/{sink['sink_id']}{suffix}")
         unknown = call(api_server, token2, method, f"/api/v1/sinks/{uuid.uuid4()}{suffix}")
@@ -463,7 +463,7 @@ async def test_another_humans_sink_is_the_same_not_found_as_an_unknown_one(core,
 
 async def test_bad_input_is_refused_naming_the_field_and_nothing_changes(core, api_server):
     w = await make_world(core)
-    token, _ = await humans.create_token(core, w.h1)
+    token, _ = await api_tokens.create(core, w.h1)
     good = {"kind": "slack", "url": "https://hooks.example.com/in"}
     cases = [
         ({"kind": "irc"}, "kind"), ({"kind": None}, "kind"),

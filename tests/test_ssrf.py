@@ -12,7 +12,7 @@ import pytest
 
 from conftest import make_settings, start_thread_server
 from core_world import make_world
-from switchboard.core import hooks, humans
+from switchboard.core import api_tokens, hooks
 from switchboard.core.errors import Invalid
 
 # (address, what it reaches)
@@ -88,7 +88,7 @@ async def test_a_hook_url_with_control_characters_is_refused(core, pg_uri):
     assert await hooks.list_for_endpoint(core, w.h1, w.slug1) == []
 
     # Over the API: 400 `invalid` naming `url`.
-    token, _ = await humans.create_token(core, w.h1)
+    token, _ = await api_tokens.create(core, w.h1)
     srv = start_thread_server(make_settings(pg_uri))
     try:
         r = httpx.post(f"{srv.url}/api/v1/endpoints/{w.slug1}/hooks", headers={"Authorization": f"Bearer {token}"},

@@ -25,7 +25,6 @@ from . import human_sessions
 from .errors import Conflict, Invalid, NotFound
 from .models import Core, HumanCaller
 from .queries import Q, one
-from .secrets import display_prefix, new_human_token, same, sha256
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 _hasher = PasswordHasher()
@@ -151,56 +150,3 @@ async def set_disabled(core: Core, human: HumanCaller, disabled: bool) -> int:
     return 0
 
 
-def _token_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {"id": str(row["id"]), "prefix": row["prefix"],
-            "created_at": row["created_at"].isoformat(),
-            "revoked_at": row["revoked_at"].isoformat() if row["revoked_at"] else None}
-
-
-async def list_tokens(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
-    """The human's API tokens, newest first: id, display prefix, created_at, revoked_at."""
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.humans.tokens_of, {"human_id": human.human_id})
-        return [_token_row(r) for r in await cur.fetchall()]
-
-
-async def revoke_token(core: Core, human: HumanCaller, ref: Any) -> tuple[dict[str, Any], bool]:
-    """Revoke one of the human's tokens, named by its id or its display prefix. Returns the token and
-    whether this call revoked it (False: it was revoked already). Another human's token is not found,
-    exactly like an unknown one."""
-    if not isinstance(ref, str) or not ref or len(ref) > 64:
-        raise NotFound("no token by that id or prefix", argument="token")
-    ref = ref.strip()
-    async with core.pool.connection() as conn, conn.transaction():
-        cur = await conn.execute(Q.humans.tokens_matching, {"human_id": human.human_id, "ref": ref})
-        rows = await cur.fetchall()
-        if not rows:
-            raise NotFound("no token by that id or prefix", argument="token")
-        if len(rows) > 1:
-            raise Conflict("several tokens have that prefix; name the token by its id", argument="token")
-        was_revoked = rows[0]["revoked_at"] is not None
-        cur = await conn.execute(Q.humans.revoke_token, {"id": rows[0]["id"], "human_id": human.human_id})
-        row = await one(cur)
-    return _token_row(row), not was_revoked
-
-
-async def create_token(core: Core, human: HumanCaller) -> tuple[str, dict[str, Any]]:
-    """A human API token, shown once; only its SHA-256 and a display prefix are kept."""
-    token = new_human_token()
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.humans.insert_token, {
-            "human_id": human.human_id, "hash": sha256(token), "prefix": display_prefix(token)})
-        row = await one(cur)
-    return token, row
-
-
-async def resolve_token(core: Core, token: str | None) -> HumanCaller | None:
-    if not token or not token.startswith("sbh_") or len(token) > 128:
-        return None
-    digest = sha256(token)
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.humans.by_token, {"hash": digest})
-        row = await cur.fetchone()
-    if row is None or not same(bytes(row["token_hash"]), digest):
-        return None
-    return HumanCaller(human_id=row["id"], name=row["name"])

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from ...core import humans
+from ...core import api_tokens, humans
 from ...core.errors import Conflict, Invalid, NotFound
 from .kit import NO_STORE, Board, human_page, human_post
 from .login import check_password
@@ -35,7 +35,7 @@ def _str(value) -> str:
 
 async def _page(board: Board, request: Request, who, *, status: int = 200, error: str | None = None,
                 headers: dict | None = None) -> Response:
-    tokens = await humans.list_tokens(board.core, who[0])
+    tokens = await api_tokens.list_for(board.core, who[0])
     notice = NOTICES.get(request.query_params.get("done", "")) if status == 200 else None
     return board.page(request, who, "account.html", status=status, headers=headers, title="Account",
                       active="account", tokens=tokens, error=error, notice=notice)
@@ -76,7 +76,7 @@ async def change_password(board: Board, request: Request, who, form) -> Response
 @human_post
 async def revoke_token(board: Board, request: Request, who, form) -> Response:
     try:
-        row, _ = await humans.revoke_token(board.core, who[0], request.path_params["token_id"])
+        row, _ = await api_tokens.revoke(board.core, who[0], request.path_params["token_id"])
     except (NotFound, Conflict):  # an id of someone else's token reads like an unknown one
         return board.not_found(request, who, "token")
     log.info("token revoked", extra={"human": who[0].name, "prefix": row["prefix"]})
