@@ -699,7 +699,7 @@ async def test_req18_rollback_leaves_no_orphan(core):
     before = await snapshot(core, t["id"])
     params = {"human_id": None, "endpoint_id": w.e1.endpoint_id, "queues": list(w.e1.queues),
               "owner": w.e1.owner, "id": t["id"], "ttl": 60, "claimant": "x", "new_token_hash": None,
-              "claimer_kind": "endpoint", "claimer_endpoint_id": w.e1.endpoint_id, "session": None}
+              "claimer_kind": "endpoint", "claimer_endpoint_id": w.e1.endpoint_id, "session": None, "admitted": False}
     with pytest.raises(RuntimeError):
         async with core.pool.connection() as conn:
             async with conn.transaction():

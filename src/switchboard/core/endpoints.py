@@ -7,11 +7,12 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from . import events, inputs
+from . import events, inputs, teams
 from .errors import Invalid, NotFound
 from .models import DEFAULT_VERBS, VERBS, Core, EndpointCaller, HumanCaller, effective_verbs
 from .queries import Q, one
 from .secrets import display_prefix, new_credential, new_slug, same, sha256
+from .states import AttemptOutcome
 
 
 def public(row: dict[str, Any]) -> dict[str, Any]:
@@ -58,8 +59,13 @@ async def vend(core: Core, human: HumanCaller, *, agent: Any, queues: list[str] 
             "prefix": display_prefix(credential), "verbs": verb_list, "queues": queue_list,
             "lease_ttl": lease_ttl, "expires_at": expires_at})
         row = await one(cur)
+        team_labels = [q for q in queue_list if inputs.is_team_label(q)]
+        granted = await teams.grant_on_vend(conn, human, row["id"], team_labels) if team_labels else []
     row["agent_name"] = agent_row["name"]
-    return public(row), credential
+    out = public(row)
+    if team_labels:  # a member's vend waits for an owner or admin to grant (`team grant`)
+        out["awaiting_grant"] = [q for q in team_labels if q not in granted]
+    return out, credential
 
 
 async def resolve_credential(core: Core, credential: str | None) -> dict[str, Any] | None:
@@ -123,6 +129,10 @@ async def _revoke_id(core: Core, endpoint_id: UUID) -> tuple[bool, int]:
         await conn.execute(Q.endpoints.lock_for_revoke, {"endpoint_id": endpoint_id})
         cur = await conn.execute(Q.endpoints.revoke, {"endpoint_id": endpoint_id})
         rows = await cur.fetchall()
+        # Team todos this endpoint holds go back to the team's queue (docs/decisions.md D32).
+        cur = await conn.execute(Q.teams.hand_back, {"endpoint_ids": [endpoint_id], "team_id": None,
+                                                     "queue": None, "outcome": AttemptOutcome.REVOKED})
+        handed_back = list(await cur.fetchall())
     revoked = bool(rows and rows[0]["revoked"])
     evs = [events.build("revoke", r, r["closed_attempt"]) for r in rows if r.get("id") is not None]
     # A revoked todo with no open attempt still dead-letters: say so with its last attempt unknown.
@@ -130,6 +140,7 @@ async def _revoke_id(core: Core, endpoint_id: UUID) -> tuple[bool, int]:
         if ev.final_attempt is None:
             ev.extra["dead_lettered"] = True
     await core.bus.publish(*evs)
+    await teams.publish_hand_back(core, handed_back)
     if revoked:
         await core.bus.publish(events.Event(verb="endpoint_revoked", todo={"id": ""},
                                             endpoint_id=str(endpoint_id), queue=""))

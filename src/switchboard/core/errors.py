@@ -72,3 +72,24 @@ class Unauthorized(CoreError):
 
     code = "unauthorized"
     default_message = "this endpoint's credential was revoked or has expired"
+
+
+class Deferred(CoreError):
+    """Admission control refused a claim on this queue for now (SPEC-0030, core/admission.py): the
+    body says which queue, why (`window_exhausted`, `in_flight_full`, `paused`,
+    `admission_unavailable`) and when it may admit again (null when no moment is known)."""
+
+    code = "deferred"
+    default_message = "admission control defers claims on this queue"
+
+    def __init__(self, message: str | None = None, *, queue: str, reason: str,
+                 next_eligible_at: str | None = None, op: str | None = None, todo_id: str | None = None) -> None:
+        super().__init__(message or f"queue {queue} is deferred: {reason}", op=op, todo_id=todo_id)
+        self.queue = queue
+        self.reason = reason
+        self.next_eligible_at = next_eligible_at
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        body.update(queue=self.queue, reason=self.reason, next_eligible_at=self.next_eligible_at)
+        return body

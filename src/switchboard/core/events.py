@@ -38,6 +38,7 @@ class Event:
     ready: str | None = None
     source: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    team_id: str = ""  # a team todo's team (its endpoint_id is then "")
 
     @property
     def todo_id(self) -> str:
@@ -68,9 +69,11 @@ def build(verb: str, row: dict[str, Any], closed_raw: dict[str, Any] | None = No
             "summary": closed["summary"], "artifact": closed["artifact"],
             "attempts_total": row["attempts_total"],
         }
-    return Event(verb=verb, todo=shapes.compact(row), endpoint_id=str(row["endpoint_id"]),
+    endpoint_id = row.get("endpoint_id")
+    team_id = row.get("team_id")
+    return Event(verb=verb, todo=shapes.compact(row), endpoint_id=str(endpoint_id) if endpoint_id else "",
                  queue=row["queue"], closed_attempt=closed, final_attempt=final, ready=ready,
-                 source=source, extra=extra)
+                 source=source, extra=extra, team_id=str(team_id) if team_id else "")
 
 
 Subscriber = Callable[[Event], Awaitable[None] | None]

@@ -50,6 +50,9 @@ JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict
 # Matched with fullmatch: `$` would also accept a trailing newline.
 _CAIRN = re.compile(r"mcp://cairn/[A-Za-z0-9_-]{1,64}")
 _QUEUE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{QUEUE_MAX_CHARS - 1}}}")
+_TEAM_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+TEAM_PREFIX = "team:"
+TEAM_ROLES = ("owner", "admin", "member")
 _CONTROL = {"Cc", "Cf", "Cs", "Co", "Cn"}
 # C0 controls and DEL, except tab, newline and carriage return: never part of a title, key or label.
 _BAD_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -227,10 +230,42 @@ def count(value: object, argument: str, *, default: int, low: int, high: int) ->
 
 
 def queue(value: object, argument: str = "queue") -> str:
+    """A queue name: an endpoint's own queue, or a team queue's label `team:<team-slug>/<queue>`."""
+    if isinstance(value, str) and value.startswith(TEAM_PREFIX):
+        team_label(value, argument)
+        return value
     if not isinstance(value, str) or not _QUEUE.fullmatch(value):
-        raise Invalid(f"{argument} must be 1-{QUEUE_MAX_CHARS} letters, digits or _.:- starting with a letter or digit",
+        raise Invalid(f"{argument} must be 1-{QUEUE_MAX_CHARS} letters, digits or _.:- starting with a letter or digit,"
+                      f" or a team queue {TEAM_PREFIX}<team-slug>/<queue>", argument=argument)
+    return value
+
+
+def is_team_label(value: str) -> bool:
+    return value.startswith(TEAM_PREFIX)
+
+
+def team_label(value: object, argument: str = "queue") -> tuple[str, str]:
+    """Split a team queue's label `team:<team-slug>/<queue>` into (team slug, queue name)."""
+    if isinstance(value, str) and value.startswith(TEAM_PREFIX):
+        slug, sep, name = value[len(TEAM_PREFIX):].partition("/")
+        if sep and _TEAM_SLUG.fullmatch(slug) and _QUEUE.fullmatch(name):
+            return slug, name
+    raise Invalid(f"{argument}: a team queue is {TEAM_PREFIX}<team-slug>/<queue>: the slug 1-32 lower-case letters,"
+                  f" digits or - starting with a letter or digit, the queue 1-{QUEUE_MAX_CHARS} letters, digits"
+                  " or _.:-", argument=argument)
+
+
+def team_slug(value: object, argument: str = "team") -> str:
+    if not isinstance(value, str) or not _TEAM_SLUG.fullmatch(value):
+        raise Invalid(f"{argument} must be 1-32 lower-case letters, digits or - starting with a letter or digit",
                       argument=argument)
     return value
+
+
+def team_role(value: object, argument: str = "role") -> str:
+    if value not in TEAM_ROLES:
+        raise Invalid(f"{argument} must be one of {', '.join(TEAM_ROLES)}", argument=argument)
+    return str(value)
 
 
 def max_attempts(value: object, default: int) -> int:

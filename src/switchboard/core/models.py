@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
     from ..config import Settings
+    from .admission import PolicedEndpoints
     from .events import HookBus
 
 # The drain family of verbs an endpoint may be granted (SPEC-0034 REQ-8, REQ-9).
@@ -71,6 +72,12 @@ def _new_bus() -> HookBus:
     return HookBus()
 
 
+def _new_policed() -> PolicedEndpoints:
+    from .admission import PolicedEndpoints  # admission imports this module
+
+    return PolicedEndpoints()
+
+
 @dataclass
 class Core:
     """What every core function works with: the pool, the settings and the hook bus."""
@@ -78,6 +85,7 @@ class Core:
     pool: AsyncConnectionPool[AsyncConnection[DictRow]]
     settings: Settings
     bus: HookBus = field(default_factory=_new_bus)
+    policed: PolicedEndpoints = field(default_factory=_new_policed)
 
 
 def scope_params(caller: Caller) -> dict[str, Any]:

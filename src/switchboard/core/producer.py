@@ -8,12 +8,25 @@ from typing import Any
 
 import psycopg
 
-from . import events, inputs, shapes, todos
+from . import events, inputs, shapes, teams, todos
 from .endpoints import get_for_human
 from .errors import Conflict, Invalid, NotFound
 from .inputs import JsonValue
 from .models import Core, HumanCaller
 from .queries import Q
+
+
+async def push_team(core: Core, human: HumanCaller, queue: str, *, title: str, payload: JsonValue = None,
+                    kind: str | None = None, key: str | None = None, max_attempts: int | None = None,
+                    assignee: str | None = None, source: str = "operator") -> tuple[dict[str, Any], bool]:
+    """Push on a team queue `team:<team-slug>/<queue>`: any member may; outside the team it is not_found."""
+    label = inputs.queue(queue)
+    if not inputs.is_team_label(label):
+        raise Invalid("a team queue is team:<team-slug>/<queue>", argument="queue")
+    async with core.pool.connection() as conn:
+        team = await teams.team_for_label(conn, human, label)
+    return await todos.create_team(core, human, team_id=team["id"], queue=label, title=title, payload=payload,
+                                   kind=kind, source=source, key=key, max_attempts=max_attempts, assignee=assignee)
 
 
 async def push(core: Core, human: HumanCaller, slug: str, *, title: str, queue: str | None = None,
@@ -24,6 +37,9 @@ async def push(core: Core, human: HumanCaller, slug: str, *, title: str, queue: 
     if endpoint["state"] != "active":
         raise Invalid("endpoint is revoked", argument="endpoint")
     queue = _endpoint_queue(queue, list(endpoint["scope_queues"]))
+    if inputs.is_team_label(queue):  # the team owns the todo, whichever endpoint named it
+        return await push_team(core, human, queue, title=title, payload=payload, kind=kind, key=key,
+                               max_attempts=max_attempts, assignee=assignee, source=source)
     return await todos.create(core, endpoint_id=endpoint["id"], queue=queue, title=title, payload=payload,
                               kind=kind, source=source, key=key, max_attempts=max_attempts, assignee=assignee)
 
@@ -55,8 +71,12 @@ def _item(raw: object, queues: list[str], default_max_attempts: int) -> dict[str
         raise Invalid(f"unknown field {name}", argument=name)
     payload = raw.get("payload")
     payload_text = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
+    queue = _endpoint_queue(raw.get("queue"), queues)
+    if inputs.is_team_label(queue):
+        raise Invalid("a bulk push goes to one endpoint's own queues; push team queue todos one by one",
+                      argument="queue")
     return {
-        "queue": _endpoint_queue(raw.get("queue"), queues),
+        "queue": queue,
         "title": inputs.text(raw.get("title"), "title", max_chars=inputs.TITLE_MAX_CHARS, required=True),
         "payload": payload if payload_text is not None else None,
         "payload_size": len(payload_text.encode("utf-8")) if payload_text is not None else 0,

@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import events, inputs, shapes
-from .errors import Conflict, CoreError, Forbidden, Invalid, NotFound
+from . import admission, events, inputs, shapes
+from .errors import Conflict, CoreError, Deferred, Forbidden, Invalid, NotFound
 from .inputs import JsonValue
 from .models import Caller, Core, EndpointCaller, HumanCaller, scope_params
 from .queries import Q
@@ -32,6 +32,7 @@ class ClaimResult:
     attempts_total: int
     prior_attempts: list[dict[str, Any]]
     lease_token: str | None = None
+    admission: dict[str, Any] | None = None  # usage of the queue's admission policy, when one applies
 
     def as_dict(self) -> dict[str, Any]:
         out = dict(self.todo)
@@ -40,6 +41,8 @@ class ClaimResult:
         out["prior_attempts"] = self.prior_attempts
         if self.lease_token is not None:
             out["lease_token"] = self.lease_token
+        if self.admission is not None:
+            out["admission"] = self.admission
         return out
 
 
@@ -135,6 +138,37 @@ async def create(core: Core, *, endpoint_id: uuid.UUID, queue: str, title: str, 
     return shapes.full(row), True
 
 
+async def create_team(core: Core, human: HumanCaller, *, team_id: uuid.UUID, queue: str, title: str,
+                      payload: JsonValue = None, kind: str | None = None, source: str | None = None,
+                      key: str | None = None, max_attempts: int | None = None,
+                      assignee: str | None = None) -> tuple[dict[str, Any], bool]:
+    """Put a todo on a team queue (`queue` is its label) for a member of the team. A live todo of the
+    team with the same idempotency key is returned with created=False; a human who is not a member
+    (any more) gets not_found."""
+    checked_title = inputs.text(title, "title", max_chars=inputs.TITLE_MAX_CHARS, required=True)
+    payload_json = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
+    params = {
+        "id": new_todo_id(), "team_id": team_id, "human_id": human.human_id, "queue": inputs.queue(queue),
+        "source": source, "kind": inputs.text(kind, "kind", max_chars=inputs.KIND_MAX_CHARS),
+        "title": checked_title, "payload": Jsonb(payload) if payload_json is not None else None,
+        "key": inputs.text(key, "key", max_chars=inputs.KEY_MAX_CHARS),
+        "assignee": inputs.text(assignee, "assignee", max_chars=inputs.ASSIGNEE_MAX_CHARS),
+        "max_attempts": inputs.max_attempts(max_attempts, core.settings.default_max_attempts),
+    }
+    for _ in range(2):
+        row = await _one(core, Q.todos.create_team, params)
+        if row is not None:
+            await core.bus.publish(events.build("create", row, ready="created", source=source))
+            return shapes.full(row), True
+        if params["key"] is not None:
+            existing = await _one(core, Q.todos.find_live_team_duplicate, params)
+            if existing is not None:
+                return shapes.full(existing), False
+        else:
+            break
+    raise NotFound("team not found", argument="team", op="create")
+
+
 async def require_live_endpoint(core: Core, endpoint_id: uuid.UUID) -> None:
     """Why a push inserted nothing when no duplicate holds the key: the endpoint is gone or not live."""
     row = await _one(core, Q.todos.endpoint_state, {"endpoint_id": endpoint_id})
@@ -154,6 +188,7 @@ def _claim_params(core: Core, caller: Caller, lease_ttl_seconds: int | None, req
         "ttl": _ttl(core, caller, lease_ttl_seconds),
         "claimant": inputs.claimant(claimant),
         "new_token_hash": sha256(token) if token else None,
+        "admitted": False,  # the `unpoliced` guard: policed queues only through core/admission.py
     }
     if isinstance(caller, HumanCaller):
         params.update(claimer_kind="owner", claimer_endpoint_id=None, session=None)
@@ -163,40 +198,78 @@ def _claim_params(core: Core, caller: Caller, lease_ttl_seconds: int | None, req
     return params, token
 
 
-async def _run_claim(core: Core, sql: str, params: dict[str, Any],
-                     token: str | None) -> tuple[ClaimResult, dict[str, Any]] | None:
+def _result(row: dict[str, Any], token: str | None) -> ClaimResult:
+    return ClaimResult(todo=shapes.full(row), attempt_seq=row["attempt_seq"], attempts_total=row["attempts_total"],
+                       prior_attempts=[shapes.attempt(a) for a in row["prior_attempts"]], lease_token=token)
+
+
+def _claim_events(rows: list[dict[str, Any]]) -> list[events.Event]:
+    evs = []
+    for row in rows:
+        if row.get("closed_attempt"):
+            evs.append(events.build("takeover", row, row["closed_attempt"]))
+        evs.append(events.build("claim", row))
+    return evs
+
+
+async def _fetch(conn: Any, sql: str, params: dict[str, Any], op: str) -> list[dict[str, Any]]:
     try:
-        row = await _one(core, sql, params)
+        cur = await conn.execute(sql, params)
+        return list(await cur.fetchall())
     except psycopg.errors.ExclusionViolation:
         # A racing transition opened an attempt first; the constraint refused ours at commit.
-        raise Conflict(op="claim", todo_id=params.get("id")) from None
-    if row is None:
-        return None
-    prior = [shapes.attempt(a) for a in row["prior_attempts"]]
-    result = ClaimResult(todo=shapes.full(row), attempt_seq=row["attempt_seq"],
-                         attempts_total=row["attempts_total"], prior_attempts=prior, lease_token=token)
-    return result, row
-
-
-async def _publish_claim(core: Core, row: dict[str, Any]) -> None:
-    evs = []
-    if row.get("closed_attempt"):
-        evs.append(events.build("takeover", row, row["closed_attempt"]))
-    evs.append(events.build("claim", row))
-    await core.bus.publish(*evs)
+        raise Conflict(op=op, todo_id=params.get("id")) from None
 
 
 async def claim(core: Core, caller: Caller, todo_id: str, *, lease_ttl_seconds: int | None = None,
                 require_fence: bool | None = None, claimant: str | None = None) -> ClaimResult:
-    """Claim one todo by id: pending, a lapsed lease below the cap (takeover), or a due retry."""
+    """Claim one todo by id: pending, a lapsed lease below the cap (takeover), or a due retry. On a
+    queue under an admission policy the claim is judged and charged (core/admission.py); a refusal is
+    the error `deferred`."""
     todo_id = _todo_id(todo_id)
     params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
     params["id"] = todo_id
-    got = await _run_claim(core, Q.todos.claim, params, token)
-    if got is None:
-        raise await _miss(core, caller, todo_id, "claim")
-    await _publish_claim(core, got[1])
-    return got[0]
+    conn = await core.pool.getconn()
+    try:
+        rows = await _fetch(conn, Q.todos.claim, params, "claim")
+    finally:
+        await core.pool.putconn(conn)
+    if not rows:
+        miss = await _one(core, Q.todos.classify_miss, {"id": todo_id, **scope_params(caller)})
+        if miss is None or not miss["policed"]:
+            raise await _miss(core, caller, todo_id, "claim")
+        return await _claim_policed(core, caller, params, token, miss)
+    await core.bus.publish(*_claim_events(rows))
+    return _result(rows[0], token)
+
+
+async def _claim_policed(core: Core, caller: Caller, params: dict[str, Any], token: str | None,
+                         miss: dict[str, Any]) -> ClaimResult:
+    """A claim by id on a policed queue: lock and judge its policy, claim, charge; one transaction."""
+    queue = miss["queue"]
+    conn = await core.pool.getconn()
+    try:
+        async with conn.transaction():
+            verdicts = await admission.judge(conn, miss["endpoint_id"], [queue])
+            if not verdicts.admitted([queue]):
+                refusal = verdicts.deferred()[0]
+                raise Deferred(queue=queue, reason=refusal["reason"], next_eligible_at=refusal["next_eligible_at"],
+                               op="claim", todo_id=params["id"])
+            rows = await _fetch(conn, Q.todos.claim, {**params, "admitted": True}, "claim")
+            if rows:
+                await admission.charge(conn, verdicts, {queue: 1})
+    finally:
+        await core.pool.putconn(conn)
+    if not rows:
+        raise await _miss(core, caller, params["id"], "claim")
+    await core.bus.publish(*_claim_events(rows), *_charge_events(rows, verdicts))
+    got = _result(rows[0], token)
+    got.admission = verdicts.usage_after(queue, 1)
+    return got
+
+
+def _charge_events(rows: list[dict[str, Any]], verdicts: admission.Verdicts) -> list[events.Event]:
+    return [events.build("admission_charged", r) for r in rows if r["queue"] in verdicts.rows]
 
 
 def _claim_queues(caller: EndpointCaller, queue: str | None) -> list[str]:
@@ -208,23 +281,121 @@ def _claim_queues(caller: EndpointCaller, queue: str | None) -> list[str]:
     return list(caller.queues)
 
 
+def _next_statement(queues: list[str], params: dict[str, Any], batch: bool) -> str:
+    """The claim_next statement for these queues, with the parameters it needs set in `params`."""
+    team = [q for q in queues if inputs.is_team_label(q)]
+    if team:
+        params["queues"] = [q for q in queues if not inputs.is_team_label(q)]
+        params["team_queues"] = team
+        return Q.todos.claim_next_mixed_batch if batch else Q.todos.claim_next_mixed
+    if len(queues) == 1:  # the common case, with a statement PostgreSQL plans once (todos.sql)
+        params["queue"] = queues[0]
+        return Q.todos.claim_next_batch_one if batch else Q.todos.claim_next_one
+    params["queues"] = queues
+    return Q.todos.claim_next_batch if batch else Q.todos.claim_next
+
+
+Claimed = list[tuple[ClaimResult, dict[str, Any]]]  # each claim with the row it came from
+
+
+async def _claim_some(conn: Any, queues: list[str], params: dict[str, Any], n: int | None,
+                      fenced: bool, token: str | None) -> Claimed:
+    """Run one claim_next statement (n None: one todo) and pair each row with its lease token."""
+    p = dict(params)
+    sql = _next_statement(queues, p, batch=n is not None)
+    tokens: list[str] | None = None
+    if n is not None:
+        p.pop("new_token_hash", None)
+        p["max_todos"] = n
+        tokens = [new_lease_token() for _ in range(n)] if fenced else None
+        p["new_token_hashes"] = [sha256(t) for t in tokens] if tokens else None
+    rows = await _fetch(conn, sql, p, "claim_next")
+    return [(_result(row, tokens[row["i"] - 1] if tokens else token), row) for row in rows]
+
+
+async def take_next(core: Core, caller: EndpointCaller, *, queue: str | None = None, max_todos: int | None = None,
+                    lease_ttl_seconds: int | None = None, require_fence: bool | None = None,
+                    claimant: str | None = None) -> tuple[list[ClaimResult], list[dict[str, Any]]]:
+    """claim_next with everything it can say: the todos claimed (oldest first; at most one when
+    `max_todos` is None) and the queues admission control deferred (`deferred` entries: queue,
+    reason, pending, next_eligible_at), which an empty answer carries."""
+    n = inputs.max_todos(max_todos) if max_todos is not None else None
+    queues = _claim_queues(caller, queue)
+    params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
+    fenced = token is not None
+    if caller.endpoint_id not in core.policed:
+        conn = await core.pool.getconn()
+        try:
+            pairs = await _claim_some(conn, queues, params, n, fenced, token)
+        finally:
+            await core.pool.putconn(conn)
+        if pairs:
+            return await _claimed(core, pairs, None)
+        policed = await admission.any_policy(core, caller.endpoint_id, queues)
+        core.policed.mark(caller.endpoint_id, policed)
+        if not policed:
+            return [], []
+    return await _take_policed(core, caller, queues, params, n, fenced, token)
+
+
+async def _take_policed(core: Core, caller: EndpointCaller, queues: list[str], params: dict[str, Any],
+                        n: int | None, fenced: bool,
+                        token: str | None) -> tuple[list[ClaimResult], list[dict[str, Any]]]:
+    """claim_next on queues some of which are policed: judge, claim within each cap, charge; one
+    transaction (core/admission.py)."""
+    admitted_params = {**params, "admitted": True}
+    pairs: Claimed = []
+    conn = await core.pool.getconn()
+    try:
+        async with conn.transaction():
+            verdicts = await admission.judge(conn, caller.endpoint_id, queues)
+            if not verdicts.rows:
+                core.policed.mark(caller.endpoint_id, False)
+            open_queues = verdicts.admitted(queues)
+            want = n or 1
+            capped = [q for q in open_queues if (verdicts.cap(q) or want) < want]
+            if open_queues and not capped:
+                pairs = await _claim_some(conn, open_queues, admitted_params, n, fenced, token)
+            else:  # a cap below the batch: queue by queue, each within its cap
+                for q in open_queues:
+                    room = min(want - len(pairs), verdicts.cap(q) or want)
+                    if room <= 0:
+                        break
+                    pairs += await _claim_some(conn, [q], admitted_params, None if n is None else room,
+                                               fenced, token)
+                    if n is None and pairs:
+                        break
+            per_queue: dict[str, int] = {}
+            for _, row in pairs:
+                per_queue[row["queue"]] = per_queue.get(row["queue"], 0) + 1
+            await admission.charge(conn, verdicts, per_queue)
+    finally:
+        await core.pool.putconn(conn)
+    claimed, _ = await _claimed(core, pairs, verdicts)
+    for got in claimed:
+        got.admission = verdicts.usage_after(got.todo["queue"], per_queue.get(got.todo["queue"], 0))
+    return claimed, ([] if claimed else verdicts.deferred())
+
+
+async def _claimed(core: Core, pairs: Claimed,
+                   verdicts: admission.Verdicts | None) -> tuple[list[ClaimResult], list[dict[str, Any]]]:
+    results, rows = [got for got, _ in pairs], [row for _, row in pairs]
+    evs = _claim_events(rows)
+    if verdicts is not None:
+        evs += _charge_events(rows, verdicts)
+    if evs:
+        await core.bus.publish(*evs)
+    return results, []
+
+
 async def claim_next(core: Core, caller: EndpointCaller, *, queue: str | None = None,
                      lease_ttl_seconds: int | None = None, require_fence: bool | None = None,
                      claimant: str | None = None) -> ClaimResult | None:
-    """The competing-consumer primitive: the oldest claimable todo in the granted queues, or None."""
-    queues = _claim_queues(caller, queue)
-    params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
-    if len(queues) == 1:  # the common case, with a statement PostgreSQL plans once (todos.sql)
-        params["queue"] = queues[0]
-        sql = Q.todos.claim_next_one
-    else:
-        params["queues"] = queues
-        sql = Q.todos.claim_next
-    got = await _run_claim(core, sql, params, token)
-    if got is None:
-        return None
-    await _publish_claim(core, got[1])
-    return got[0]
+    """The competing-consumer primitive: the oldest claimable todo in the granted queues, or None
+    (take_next also says which queues admission control deferred)."""
+    claimed, _ = await take_next(core, caller, queue=queue, lease_ttl_seconds=lease_ttl_seconds,
+                                 require_fence=require_fence, claimant=claimant)
+    return claimed[0] if claimed else None
 
 
 async def claim_next_batch(core: Core, caller: EndpointCaller, *, max_todos: int, queue: str | None = None,
@@ -237,48 +408,13 @@ async def claim_next_batch(core: Core, caller: EndpointCaller, *, max_todos: int
     below the cap (a takeover, closing the old attempt lease_expired/requeued); each gets its own lease,
     its own attempt (`attempt_seq`), its own five prior attempts and, with `require_fence`, its own
     lease token (only its SHA-256 is stored). The results are oldest first. The claim and takeover
-    events of every todo are published after the statement commits. The MCP tool `claim_next` calls
-    this when `max_todos` is given.
+    events of every todo are published after the statement commits. On policed queues each claim is
+    charged and no queue passes its cap (take_next).
     """
-    n = inputs.max_todos(max_todos)
-    queues = _claim_queues(caller, queue)
-    params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
-    tokens: list[str] | None = None
-    if token is not None:
-        tokens = [token] + [new_lease_token() for _ in range(n - 1)]
-        params["new_token_hashes"] = [sha256(t) for t in tokens]
-    else:
-        params["new_token_hashes"] = None
-    del params["new_token_hash"]
-    params["max_todos"] = n
-    if len(queues) == 1:
-        params["queue"] = queues[0]
-        sql = Q.todos.claim_next_batch_one
-    else:
-        params["queues"] = queues
-        sql = Q.todos.claim_next_batch
-    conn = await core.pool.getconn()
-    try:
-        cur = await conn.execute(sql, params)
-        rows = await cur.fetchall()
-    except psycopg.errors.ExclusionViolation:
-        # As for one claim: a racing transition opened an attempt first; nothing of the batch committed.
-        raise Conflict(op="claim_next") from None
-    finally:
-        await core.pool.putconn(conn)
-    out = []
-    evs = []
-    for row in rows:
-        out.append(ClaimResult(todo=shapes.full(row), attempt_seq=row["attempt_seq"],
-                               attempts_total=row["attempts_total"],
-                               prior_attempts=[shapes.attempt(a) for a in row["prior_attempts"]],
-                               lease_token=tokens[row["i"] - 1] if tokens else None))
-        if row.get("closed_attempt"):
-            evs.append(events.build("takeover", row, row["closed_attempt"]))
-        evs.append(events.build("claim", row))
-    if evs:
-        await core.bus.publish(*evs)
-    return out
+    claimed, _ = await take_next(core, caller, queue=queue, max_todos=max_todos,
+                                 lease_ttl_seconds=lease_ttl_seconds, require_fence=require_fence,
+                                 claimant=claimant)
+    return claimed
 
 
 # ----------------------------------------------------------------------------- lease transitions
@@ -510,22 +646,29 @@ async def list_for_endpoint(core: Core, caller: EndpointCaller, *, queue: str | 
         queues = list(caller.queues)
     state = inputs.state(state)
     n = inputs.list_limit(limit)
+    team = [q for q in queues if inputs.is_team_label(q)]
+    params = {"endpoint_id": caller.endpoint_id, "queues": [q for q in queues if q not in team],
+              "team_queues": team, "state": state, "limit": n}
+    sql = Q.todos.list_for_endpoint_teams if team else Q.todos.list_for_endpoint
     async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.todos.list_for_endpoint, {
-            "endpoint_id": caller.endpoint_id, "queues": queues, "state": state, "limit": n})
+        cur = await conn.execute(sql, params)
         return [shapes.compact(r) for r in await cur.fetchall()]
 
 
-def _human_filters(caller: HumanCaller, endpoint: str | None, queue: str | None) -> dict[str, Any]:
+def _human_filters(caller: HumanCaller, endpoint: str | None, queue: str | None,
+                   team: str | None = None) -> dict[str, Any]:
     return {"human_id": caller.human_id,
             "slug": inputs.identifier(endpoint, "endpoint") if endpoint else None,
-            "queue": inputs.queue(queue) if queue else None}
+            "queue": inputs.queue(queue) if queue else None,
+            "team": inputs.team_slug(team) if team else None}
 
 
 async def list_for_human(core: Core, caller: HumanCaller, *, endpoint: str | None = None,
                          queue: str | None = None, state: str | None = None, dead_letter: bool = False,
-                         limit: int | None = None, offset: int | None = None) -> list[dict[str, Any]]:
-    params = _human_filters(caller, endpoint, queue)
+                         limit: int | None = None, offset: int | None = None,
+                         team: str | None = None) -> list[dict[str, Any]]:
+    """The todos of the human's endpoints and of their teams (`team`: one team's, by slug)."""
+    params = _human_filters(caller, endpoint, queue, team)
     params.update(state=inputs.state(state), dead_letter=inputs.boolean(dead_letter, "dead_letter", False),
                   limit=inputs.count(limit, "limit", default=inputs.LIST_LIMIT_DEFAULT, low=1,
                                      high=inputs.OWNER_LIST_LIMIT_MAX),
@@ -537,15 +680,16 @@ async def list_for_human(core: Core, caller: HumanCaller, *, endpoint: str | Non
     for r in rows:
         item = shapes.compact(r)
         item["endpoint"] = r["endpoint_slug"]
+        item["team"] = r["team_slug"]
         item["updated_at"] = shapes.ts(r["updated_at"])
         out.append(item)
     return out
 
 
 async def counts_for_human(core: Core, caller: HumanCaller, *, endpoint: str | None = None,
-                           queue: str | None = None) -> dict[str, int]:
+                           queue: str | None = None, team: str | None = None) -> dict[str, int]:
     async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.todos.counts_for_human, _human_filters(caller, endpoint, queue))
+        cur = await conn.execute(Q.todos.counts_for_human, _human_filters(caller, endpoint, queue, team))
         rows = await cur.fetchall()
     counts = {s: 0 for s in TODO_STATES}
     counts["dead_letter"] = 0

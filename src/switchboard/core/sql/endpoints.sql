@@ -34,6 +34,11 @@ SELECT e.*, g.name AS agent_name, g.human_id
   FROM endpoints e JOIN agents g ON g.id = e.agent_id
  WHERE e.slug = %(slug)s AND g.human_id = %(human_id)s
 
+-- name: by_slug_any
+-- An endpoint by slug whoever owns it (a team admin taking a team queue back from a member's endpoint,
+-- after the team's own checks).
+SELECT e.*, g.human_id FROM endpoints e JOIN agents g ON g.id = e.agent_id WHERE e.slug = %(slug)s
+
 -- name: by_id
 SELECT e.*, g.name AS agent_name, g.human_id
   FROM endpoints e JOIN agents g ON g.id = e.agent_id

@@ -8,18 +8,77 @@
 switchboard_endpoint_live(%(endpoint_id)s::uuid)
 
 -- name: scope
--- The caller's read scope on a row of `todos`: an endpoint sees its own todos in its granted
--- queues, and only while it is live; a human sees the todos of every endpoint of their agents.
--- Same statement as the read.
+-- The caller's read scope on a row of `todos`, checked on every call by the statement itself: an
+-- endpoint sees its own todos in its granted queues and the team todos it reaches (`team_reach`),
+-- and only while it is live; a human sees the todos of every endpoint of their agents and of every
+-- team they belong to.
 ((CASE WHEN %(human_id)s::uuid IS NULL
-      THEN todos.endpoint_id = %(endpoint_id)s::uuid AND todos.queue = ANY(%(queues)s::text[])
+      THEN todos.queue = ANY(%(queues)s::text[])
+           AND (todos.endpoint_id = %(endpoint_id)s::uuid OR {{team_reach}})
       ELSE EXISTS (SELECT 1 FROM endpoints e JOIN agents g ON g.id = e.agent_id
                     WHERE e.id = todos.endpoint_id AND g.human_id = %(human_id)s::uuid)
+           OR {{member_reach}}
   END) AND {{endpoint_live}})
+
+-- name: reach
+-- `scope` without the queue grant and the liveness check: whether the todo exists for this caller at
+-- all, which tells `not_found` from `forbidden` and `conflict` after a miss (REQ-19).
+(CASE WHEN %(human_id)s::uuid IS NULL
+      THEN todos.endpoint_id = %(endpoint_id)s::uuid OR {{team_reach}}
+      ELSE EXISTS (SELECT 1 FROM endpoints e JOIN agents g ON g.id = e.agent_id
+                    WHERE e.id = todos.endpoint_id AND g.human_id = %(human_id)s::uuid)
+           OR {{member_reach}}
+ END)
+
+-- name: team_reach
+-- A team todo the calling endpoint reaches now: an owner or admin granted its queue to the endpoint
+-- and the endpoint's human is still a member (two primary-key probes; migration 0016).
+(todos.team_id IS NOT NULL AND EXISTS (
+    SELECT 1 FROM team_grants g
+      JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
+     WHERE g.endpoint_id = %(endpoint_id)s::uuid AND g.queue = todos.queue AND g.team_id = todos.team_id))
+
+-- name: member_reach
+-- A team todo of a team the calling human belongs to (any role).
+(todos.team_id IS NOT NULL AND EXISTS (
+    SELECT 1 FROM team_members m WHERE m.team_id = todos.team_id AND m.human_id = %(human_id)s::uuid))
+
+-- name: team_targets
+-- The team queues among %(team_queues)s that the calling endpoint reaches now, as claim targets
+-- `q(team_id, name)`.
+SELECT g.team_id, g.queue AS name FROM team_grants g
+  JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
+ WHERE g.endpoint_id = %(endpoint_id)s::uuid AND g.queue = ANY(%(team_queues)s::text[])
+
+-- name: team_targets_locked
+-- team_targets for a claim: the membership rows are share-locked until commit, so a member's removal
+-- (which deletes the row) waits for the claim and then hands its lease back, or commits first and the
+-- claim finds no target (core/teams.py).
+SELECT g.team_id, g.queue AS name FROM team_grants g
+  JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
+ WHERE g.endpoint_id = %(endpoint_id)s::uuid AND g.queue = ANY(%(team_queues)s::text[])
+   FOR SHARE OF m
+
+-- name: unpoliced
+-- A claim target `q.name` of the calling endpoint without an admission policy, or any target when
+-- %(admitted)s (the caller locked the policies and judged them first: core/admission.py). A policed
+-- queue is never claimed by the statements that skip the policy lock.
+(%(admitted)s::boolean OR NOT EXISTS (
+    SELECT 1 FROM admission_policies p
+     WHERE p.queue = q.name AND (p.endpoint_id = %(endpoint_id)s::uuid OR p.team_id IS NOT NULL)))
+
+-- name: unpoliced_todo
+-- `unpoliced` for a claim by id: the todo's own queue identity has no admission policy.
+(%(admitted)s::boolean OR NOT EXISTS (
+    SELECT 1 FROM admission_policies p
+     WHERE p.queue = todos.queue AND (p.endpoint_id = todos.endpoint_id OR p.team_id = todos.team_id)))
 
 -- name: holder
 -- The lease holder: an agent holds what it claimed; the owning human may act on any lease.
-(%(human_id)s::uuid IS NOT NULL OR todos.owner = %(owner)s)
+-- On a team todo the holder is the claiming endpoint itself (two endpoints of one agent compete there).
+(%(human_id)s::uuid IS NOT NULL
+ OR (todos.owner = %(owner)s
+     AND (todos.team_id IS NULL OR todos.claimed_by_endpoint_id = %(endpoint_id)s::uuid)))
 
 -- name: held
 -- The first CTE of every holder's lease statement: the caller's claimed todo, locked. Later CTEs key
@@ -57,6 +116,28 @@ SELECT r.* FROM (
        AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
      ORDER BY next_retry_at LIMIT 1 FOR UPDATE SKIP LOCKED) r
 
+-- name: claim_team_arms
+-- claim_next_arms inside one team queue `q(team_id, name)` (the team's indexes of migration 0016).
+SELECT p.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE team_id = q.team_id AND queue = q.name AND state = 'pending'
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+     ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) p
+UNION ALL
+SELECT l.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE team_id = q.team_id AND queue = q.name AND state = 'claimed'
+       AND lease_expires_at < now() AND attempt < max_attempts
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+     ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED) l
+UNION ALL
+SELECT r.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE team_id = q.team_id AND queue = q.name AND state = 'failed'
+       AND next_retry_at <= now() AND attempt < max_attempts
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+     ORDER BY next_retry_at LIMIT 1 FOR UPDATE SKIP LOCKED) r
+
 -- name: claim_tail
 -- Shared by claim and claim_next: `t(id, prior_state, prior_total)` is the locked todo.
 , cap AS (
@@ -76,7 +157,8 @@ SELECT r.* FROM (
            attempt = x.attempt + 1,
            attempts_total = x.attempts_total + 1,
            attempts_pruned = greatest(x.attempts_pruned, x.attempts_total + 1 - (SELECT n FROM cap)),
-           claimed_at = now(), next_retry_at = NULL, updated_at = now()
+           claimed_at = now(), next_retry_at = NULL, updated_at = now(),
+           claimed_by_endpoint_id = %(claimer_endpoint_id)s::uuid
       FROM t
      WHERE x.id = t.id
     RETURNING x.*, t.prior_state
@@ -126,6 +208,28 @@ SELECT r.* FROM (
        AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
      ORDER BY next_retry_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) r
 
+-- name: claim_team_batch_arms
+-- claim_team_arms with up to %(max_todos)s rows per arm, for a batched claim_next.
+SELECT p.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE team_id = q.team_id AND queue = q.name AND state = 'pending'
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+     ORDER BY created_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) p
+UNION ALL
+SELECT l.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE team_id = q.team_id AND queue = q.name AND state = 'claimed'
+       AND lease_expires_at < now() AND attempt < max_attempts
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+     ORDER BY lease_expires_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) l
+UNION ALL
+SELECT r.* FROM (
+    SELECT id, state, attempts_total, created_at FROM todos
+     WHERE team_id = q.team_id AND queue = q.name AND state = 'failed'
+       AND next_retry_at <= now() AND attempt < max_attempts
+       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+     ORDER BY next_retry_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) r
+
 -- name: claim_batch_tail
 -- claim_tail for many rows: `t(id, prior_state, prior_total, i)` are the locked todos, `i` their
 -- 1-based rank, which picks each one's lease token hash from %(new_token_hashes)s (null unfenced).
@@ -150,7 +254,8 @@ SELECT r.* FROM (
            attempt = x.attempt + 1,
            attempts_total = x.attempts_total + 1,
            attempts_pruned = greatest(x.attempts_pruned, x.attempts_total + 1 - (SELECT n FROM cap)),
-           claimed_at = now(), next_retry_at = NULL, updated_at = now()
+           claimed_at = now(), next_retry_at = NULL, updated_at = now(),
+           claimed_by_endpoint_id = %(claimer_endpoint_id)s::uuid
       FROM t
      WHERE x.id = t.id
     RETURNING x.*, t.prior_state, t.i

@@ -19,6 +19,28 @@ ON CONFLICT (endpoint_id, idempotency_key)
 DO NOTHING
 RETURNING *
 
+-- name: create_team
+-- A todo on a team queue, pushed by a member of the team (any role): inserts only while the human is
+-- a member, holding a share lock on the membership row until commit (a removal waits or wins). No row
+-- back: a live duplicate holds the key, or the human is not a member.
+INSERT INTO todos (id, team_id, queue, source, kind, title, payload, idempotency_key, assignee,
+                   max_attempts)
+SELECT %(id)s, m.team_id, %(queue)s, %(source)s, %(kind)s, %(title)s, %(payload)s, %(key)s,
+       %(assignee)s, %(max_attempts)s
+  FROM team_members m
+ WHERE m.team_id = %(team_id)s AND m.human_id = %(human_id)s
+   FOR SHARE OF m
+ON CONFLICT (team_id, idempotency_key)
+   WHERE team_id IS NOT NULL AND idempotency_key IS NOT NULL AND state NOT IN ('done', 'canceled')
+     AND (state <> 'failed' OR next_retry_at IS NOT NULL)
+DO NOTHING
+RETURNING *
+
+-- name: find_live_team_duplicate
+SELECT * FROM todos
+ WHERE team_id = %(team_id)s AND idempotency_key = %(key)s
+   AND state NOT IN ('done', 'canceled') AND (state <> 'failed' OR next_retry_at IS NOT NULL)
+
 -- name: endpoint_state
 -- Whether an endpoint takes new todos (after `create` inserted nothing and no duplicate was found).
 SELECT state = 'active' AND (expires_at IS NULL OR expires_at > now()) AS live
@@ -33,7 +55,7 @@ SELECT * FROM todos
 WITH t AS (
     SELECT todos.id, todos.state AS prior_state, todos.attempts_total AS prior_total
       FROM todos
-     WHERE todos.id = %(id)s AND {{scope}}
+     WHERE todos.id = %(id)s AND {{scope}} AND {{unpoliced_todo}}
        AND (todos.assignee IS NULL OR todos.assignee = %(owner)s OR %(human_id)s::uuid IS NOT NULL)
        AND (todos.state = 'pending'
             OR (todos.state = 'claimed' AND todos.lease_expires_at < now()
@@ -50,6 +72,7 @@ WITH t AS (
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total
       FROM unnest(%(queues)s::text[]) AS q(name), LATERAL ({{claim_next_arms}}) x
+     WHERE {{unpoliced}}
      ORDER BY x.created_at
      LIMIT 1
 ), t AS (
@@ -65,6 +88,7 @@ WITH cand AS (
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total
       FROM (VALUES (%(queue)s::text)) AS q(name), LATERAL ({{claim_next_arms}}) x
+     WHERE {{unpoliced}}
      ORDER BY x.created_at
      LIMIT 1
 ), t AS (
@@ -78,6 +102,7 @@ WITH cand AS (
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total, x.created_at
       FROM unnest(%(queues)s::text[]) AS q(name), LATERAL ({{claim_batch_arms}}) x
+     WHERE {{unpoliced}}
      ORDER BY x.created_at
      LIMIT %(max_todos)s
 ), t AS (
@@ -92,6 +117,44 @@ WITH cand AS (
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total, x.created_at
       FROM (VALUES (%(queue)s::text)) AS q(name), LATERAL ({{claim_batch_arms}}) x
+     WHERE {{unpoliced}}
+     ORDER BY x.created_at
+     LIMIT %(max_todos)s
+), t AS (
+    SELECT id, state AS prior_state, attempts_total AS prior_total,
+           (row_number() OVER (ORDER BY created_at, id))::int AS i
+      FROM cand
+)
+{{claim_batch_tail}}
+
+-- name: claim_next_mixed
+-- claim_next over the endpoint's own queues %(queues)s and the team queues %(team_queues)s it reaches
+-- now (granted, its human a member): the oldest claimable todo of all of them.
+WITH cand AS (
+    SELECT x.id, x.state, x.attempts_total FROM (
+        SELECT x.* FROM unnest(%(queues)s::text[]) AS q(name), LATERAL ({{claim_next_arms}}) x
+         WHERE {{unpoliced}}
+        UNION ALL
+        SELECT x.* FROM ({{team_targets_locked}}) AS q, LATERAL ({{claim_team_arms}}) x
+         WHERE {{unpoliced}}
+    ) x
+     ORDER BY x.created_at
+     LIMIT 1
+), t AS (
+    SELECT id, state AS prior_state, attempts_total AS prior_total FROM cand
+)
+{{claim_tail}}
+
+-- name: claim_next_mixed_batch
+-- claim_next_batch over own and team queues (see claim_next_mixed).
+WITH cand AS (
+    SELECT x.id, x.state, x.attempts_total, x.created_at FROM (
+        SELECT x.* FROM unnest(%(queues)s::text[]) AS q(name), LATERAL ({{claim_batch_arms}}) x
+         WHERE {{unpoliced}}
+        UNION ALL
+        SELECT x.* FROM ({{team_targets_locked}}) AS q, LATERAL ({{claim_team_batch_arms}}) x
+         WHERE {{unpoliced}}
+    ) x
      ORDER BY x.created_at
      LIMIT %(max_todos)s
 ), t AS (
@@ -293,35 +356,31 @@ UPDATE todos
 RETURNING todos.*
 
 -- name: classify_miss
--- After a transition matched no row: is the todo there for this caller at all? (REQ-19)
+-- After a transition matched no row: is the todo there for this caller at all? (REQ-19) And does an
+-- admission policy govern its queue (a claim by id then takes core/admission.py's locked path)?
 SELECT todos.state, todos.queue, todos.owner,
-       (todos.queue = ANY(%(queues)s::text[])) AS queue_granted
+       (todos.queue = ANY(%(queues)s::text[])) AS queue_granted,
+       EXISTS (SELECT 1 FROM admission_policies p
+                WHERE p.queue = todos.queue
+                  AND (p.endpoint_id = todos.endpoint_id OR p.team_id = todos.team_id)) AS policed,
+       todos.endpoint_id, todos.team_id
   FROM todos
- WHERE todos.id = %(id)s
-   AND (CASE WHEN %(human_id)s::uuid IS NULL
-             THEN todos.endpoint_id = %(endpoint_id)s::uuid
-             ELSE EXISTS (SELECT 1 FROM endpoints e JOIN agents g ON g.id = e.agent_id
-                           WHERE e.id = todos.endpoint_id AND g.human_id = %(human_id)s::uuid)
-        END)
+ WHERE todos.id = %(id)s AND {{reach}}
 
 -- name: classify_miss_batch
 -- classify_miss for the ids a batch transition did not match: which of them this caller may see.
 SELECT todos.id, (todos.queue = ANY(%(queues)s::text[])) AS queue_granted
   FROM todos
- WHERE todos.id = ANY(%(ids)s::text[])
-   AND (CASE WHEN %(human_id)s::uuid IS NULL
-             THEN todos.endpoint_id = %(endpoint_id)s::uuid
-             ELSE EXISTS (SELECT 1 FROM endpoints e JOIN agents g ON g.id = e.agent_id
-                           WHERE e.id = todos.endpoint_id AND g.human_id = %(human_id)s::uuid)
-        END)
+ WHERE todos.id = ANY(%(ids)s::text[]) AND {{reach}}
 
 -- name: get
 SELECT todos.*,
        (SELECT coalesce(jsonb_agg(to_jsonb(p) ORDER BY p.seq DESC), '[]'::jsonb)
           FROM (SELECT a.* FROM todo_attempts a WHERE a.todo_id = todos.id
                  ORDER BY a.seq DESC LIMIT %(attempts_limit)s) p) AS attempts,
-       e.slug AS endpoint_slug
-  FROM todos JOIN endpoints e ON e.id = todos.endpoint_id
+       e.slug AS endpoint_slug, tm.slug AS team_slug
+  FROM todos LEFT JOIN endpoints e ON e.id = todos.endpoint_id
+  LEFT JOIN teams tm ON tm.id = todos.team_id
  WHERE todos.id = %(id)s AND {{scope}}
 
 -- name: list_for_endpoint
@@ -331,12 +390,35 @@ SELECT todos.* FROM todos
  ORDER BY todos.created_at DESC
  LIMIT %(limit)s
 
+-- name: list_for_endpoint_teams
+-- list_for_endpoint for an endpoint with team queues in its scope: its own todos and the team todos
+-- it reaches now.
+SELECT * FROM (
+    SELECT todos.* FROM todos
+     WHERE todos.endpoint_id = %(endpoint_id)s::uuid AND todos.queue = ANY(%(queues)s::text[])
+       AND (%(state)s::text IS NULL OR todos.state = %(state)s::text)
+     ORDER BY todos.created_at DESC LIMIT %(limit)s) own
+UNION ALL
+SELECT * FROM (
+    SELECT todos.* FROM ({{team_targets}}) AS q
+      JOIN todos ON todos.team_id = q.team_id AND todos.queue = q.name
+     WHERE (%(state)s::text IS NULL OR todos.state = %(state)s::text)
+     ORDER BY todos.created_at DESC LIMIT %(limit)s) team
+ ORDER BY created_at DESC
+ LIMIT %(limit)s
+
 -- name: list_for_human
-SELECT todos.*, e.slug AS endpoint_slug FROM todos
-  JOIN endpoints e ON e.id = todos.endpoint_id
-  JOIN agents g ON g.id = e.agent_id
- WHERE g.human_id = %(human_id)s::uuid
+-- The todos of the human's own endpoints and of their teams; %(team)s narrows to one team's (by
+-- slug), %(slug)s to one endpoint's.
+SELECT todos.*, e.slug AS endpoint_slug, tm.slug AS team_slug FROM todos
+  LEFT JOIN endpoints e ON e.id = todos.endpoint_id
+  LEFT JOIN agents g ON g.id = e.agent_id
+  LEFT JOIN teams tm ON tm.id = todos.team_id
+ WHERE (g.human_id = %(human_id)s::uuid
+        OR EXISTS (SELECT 1 FROM team_members m
+                    WHERE m.team_id = todos.team_id AND m.human_id = %(human_id)s::uuid))
    AND (%(slug)s::text IS NULL OR e.slug = %(slug)s::text)
+   AND (%(team)s::text IS NULL OR tm.slug = %(team)s::text)
    AND (%(queue)s::text IS NULL OR todos.queue = %(queue)s::text)
    AND (%(state)s::text IS NULL OR todos.state = %(state)s::text)
    AND (NOT %(dead_letter)s OR (todos.state = 'failed' AND todos.next_retry_at IS NULL))
@@ -347,18 +429,24 @@ SELECT todos.*, e.slug AS endpoint_slug FROM todos
 SELECT todos.state, count(*) AS n,
        count(*) FILTER (WHERE todos.state = 'failed' AND todos.next_retry_at IS NULL) AS dead
   FROM todos
-  JOIN endpoints e ON e.id = todos.endpoint_id
-  JOIN agents g ON g.id = e.agent_id
- WHERE g.human_id = %(human_id)s::uuid
+  LEFT JOIN endpoints e ON e.id = todos.endpoint_id
+  LEFT JOIN agents g ON g.id = e.agent_id
+  LEFT JOIN teams tm ON tm.id = todos.team_id
+ WHERE (g.human_id = %(human_id)s::uuid
+        OR EXISTS (SELECT 1 FROM team_members m
+                    WHERE m.team_id = todos.team_id AND m.human_id = %(human_id)s::uuid))
    AND (%(slug)s::text IS NULL OR e.slug = %(slug)s::text)
+   AND (%(team)s::text IS NULL OR tm.slug = %(team)s::text)
    AND (%(queue)s::text IS NULL OR todos.queue = %(queue)s::text)
  GROUP BY todos.state
 
 -- name: queue_counts_for_endpoint
--- Live todos of one endpoint's queue by state: the summary behind the queue resource.
+-- Live todos of one endpoint's queue by state: the summary behind the queue resource. A team queue
+-- counts only while the endpoint reaches it.
 SELECT todos.state, (todos.next_retry_at IS NOT NULL) AS parked, count(*)::int AS n
   FROM todos
- WHERE todos.endpoint_id = %(endpoint_id)s::uuid AND todos.queue = %(queue)s::text
+ WHERE todos.queue = %(queue)s::text
+   AND (todos.endpoint_id = %(endpoint_id)s::uuid OR {{team_reach}})
    AND (todos.state IN ('pending', 'claimed', 'input-required')
         OR (todos.state = 'failed' AND todos.next_retry_at IS NOT NULL))
  GROUP BY todos.state, (todos.next_retry_at IS NOT NULL)

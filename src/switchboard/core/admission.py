@@ -1,0 +1,331 @@
+"""Admission control (SPEC-0030, issue 13; docs/admission.md): per-queue caps on leases in flight and
+budgets of claims per window, with a pause switch.
+
+A policy belongs to one queue identity: `(endpoint, queue)` or `(team, queue)`. Every committed claim
+on a policed queue is charged one unit (takeovers and claims after a retry included); nothing
+refunds. A claim on a policed queue runs as one transaction of three statements:
+
+1. `verdicts` locks the policy rows (always before any todo: one lock order for every claimer) and
+   judges each with a snapshot taken after the lock (a VOLATILE function, migration 0017), so the
+   count of leases in flight includes every claim committed by an earlier holder of the lock;
+2. the usual claim statement, on the admitted queues only, at most `cap` todos per queue;
+3. `charge` adds the claims to the policy's current window.
+
+The claim statements everywhere else skip policed queues in SQL (the `unpoliced` fragment), so a
+policy takes effect with its commit, whatever this process believes; `policed` below only remembers
+which endpoints to send straight to the locked path. When the policies cannot be read the claim fails
+closed with `deferred` / `admission_unavailable`.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
+
+from . import inputs
+from .errors import Deferred, Forbidden, Invalid, NotFound
+from .models import Core, EndpointCaller, HumanCaller
+from .queries import Q
+
+PERIODS = ("hour", "day", "week")
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+REASONS = ("window_exhausted", "in_flight_full", "paused", "admission_unavailable")
+MAX_IN_FLIGHT_MAX = 10_000
+MAX_CLAIMS_MAX = 1_000_000
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+@dataclass
+class Verdicts:
+    """What `verdicts` said about the caller's policed queues, inside the claim's transaction."""
+
+    rows: dict[str, dict[str, Any]]
+
+    def admitted(self, queues: list[str]) -> list[str]:
+        return [q for q in queues if q not in self.rows or self.rows[q]["verdict"] == "admitted"]
+
+    def cap(self, queue: str) -> int | None:
+        row = self.rows.get(queue)
+        return None if row is None else int(row["cap"])
+
+    def deferred(self) -> list[dict[str, Any]]:
+        return [{"queue": r["queue"], "reason": r["verdict"], "pending": r["pending"],
+                 "next_eligible_at": _iso(r["next_eligible_at"])}
+                for r in self.rows.values() if r["verdict"] != "admitted"]
+
+    def usage_after(self, queue: str, claimed: int) -> dict[str, Any] | None:
+        """The `admission` object of a successful claim on `queue` (None when no policy applies)."""
+        r = self.rows.get(queue)
+        if r is None:
+            return None
+        used = r["used"] + claimed
+        limit = r["max_claims_per_window"]
+        return {"max_in_flight": r["max_in_flight"], "in_flight": r["in_flight"] + claimed,
+                "max_claims_per_window": limit, "used": used,
+                "remaining": None if limit is None else max(limit - used, 0),
+                "window_resets_at": _iso(r["window_resets"])}
+
+    def charges(self, claimed_per_queue: dict[str, int]) -> dict[str, list[Any]]:
+        ids, ns, windows = [], [], []
+        for queue, n in claimed_per_queue.items():
+            r = self.rows.get(queue)
+            if r is not None and n:
+                ids.append(r["policy_id"])
+                ns.append(n)
+                windows.append(r["window_starts"])
+        return {"ids": ids, "ns": ns, "windows": windows}
+
+
+async def judge(conn: AsyncConnection[DictRow], endpoint_id: UUID | None, queues: list[str]) -> Verdicts:
+    """Lock and judge the policies of `queues` (first statement of the claim's transaction)."""
+    try:
+        cur = await conn.execute(Q.admission.verdicts, {"endpoint_id": endpoint_id, "queues": queues})
+        rows = await cur.fetchall()
+    except psycopg.errors.QueryCanceled:
+        raise
+    except psycopg.DatabaseError as exc:
+        if isinstance(exc, psycopg.errors.InvalidAuthorizationSpecification):
+            raise
+        raise Deferred(queue=queues[0] if len(queues) == 1 else ",".join(queues),
+                       reason="admission_unavailable") from None
+    return Verdicts({r["queue"]: dict(r) for r in rows})
+
+
+async def charge(conn: AsyncConnection[DictRow], verdicts: Verdicts, claimed_per_queue: dict[str, int]) -> None:
+    params = verdicts.charges(claimed_per_queue)
+    if params["ids"]:
+        await conn.execute(Q.admission.charge, params)
+
+
+async def any_policy(core: Core, endpoint_id: UUID, queues: list[str]) -> bool:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.admission.any_policy, {"endpoint_id": endpoint_id, "queues": queues})
+        row = await cur.fetchone()
+    return bool(row and row["policed"])
+
+
+class PolicedEndpoints:
+    """Which endpoints recently met a policy, to send their claims straight to the locked path. Only
+    a routing hint: the statements refuse to claim a policed queue without the lock either way."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._ids: set[UUID] = set()
+        self._limit = limit
+
+    def __contains__(self, endpoint_id: object) -> bool:
+        return endpoint_id in self._ids
+
+    def mark(self, endpoint_id: UUID, policed: bool) -> None:
+        if policed:
+            if len(self._ids) >= self._limit:
+                self._ids.clear()
+            self._ids.add(endpoint_id)
+        else:
+            self._ids.discard(endpoint_id)
+
+
+# ------------------------------------------------------------------------------------ policies
+
+@dataclass(frozen=True)
+class Window:
+    period: str
+    tz: str
+    start_minute: int
+    weekday: int | None
+
+
+def _limit(value: object, argument: str, maximum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        raise Invalid(f"{argument} must be a whole number from 0 to {maximum}, or none", argument=argument)
+    return value
+
+
+def window(period: object = "hour", tz: object = "UTC", start: object = "00:00",
+           weekday: object = None) -> Window:
+    """Validate a window: period hour|day|week, an IANA time zone, a start HH:MM, a weekday for weeks."""
+    if period not in PERIODS:
+        raise Invalid(f"window period must be one of {', '.join(PERIODS)}", argument="window.period")
+    if not isinstance(tz, str) or not tz or len(tz) > 64:
+        raise Invalid("window tz must be an IANA time zone such as Europe/Paris", argument="window.tz")
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise Invalid(f"window tz {tz!r} is not an IANA time zone", argument="window.tz") from None
+    if not isinstance(start, str) or len(start) != 5 or start[2] != ":" or not (start[:2] + start[3:]).isdigit():
+        raise Invalid("window start must be HH:MM", argument="window.start")
+    hours, minutes = int(start[:2]), int(start[3:])
+    if hours > 23 or minutes > 59:
+        raise Invalid("window start must be HH:MM from 00:00 to 23:59", argument="window.start")
+    day: int | None = None
+    if period == "week":
+        if not isinstance(weekday, str) or weekday.lower()[:3] not in WEEKDAYS:
+            raise Invalid("a weekly window needs a weekday (mon..sun)", argument="window.weekday")
+        day = WEEKDAYS.index(weekday.lower()[:3]) + 1
+    elif weekday is not None:
+        raise Invalid("weekday applies to weekly windows only", argument="window.weekday")
+    return Window(str(period), tz, hours * 60 + minutes, day)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A queue identity a human may manage: one of their endpoints' queues, or a team queue."""
+
+    queue: str
+    endpoint_id: UUID | None
+    team_id: UUID | None
+    role: str | None = None  # the human's team role, for a team queue
+
+
+async def identity(core: Core, human: HumanCaller, queue: object, endpoint: object = None) -> Identity:
+    """Resolve `queue` (a team label, or a queue of the endpoint `endpoint` by slug) for a human;
+    outside their reach it is not_found."""
+    from . import endpoints, teams  # teams imports nothing of this module; endpoints neither
+
+    label = inputs.queue(queue)
+    if inputs.is_team_label(label):
+        async with core.pool.connection() as conn:
+            team = await teams.team_for_label(conn, human, label)
+        return Identity(label, None, team["id"], team["role"])
+    if endpoint is None:
+        raise Invalid("an endpoint's queue needs the endpoint (its slug); a team queue is team:<slug>/<queue>",
+                      argument="endpoint")
+    row = await endpoints.get_for_human(core, human, endpoint)
+    return Identity(label, row["id"], None)
+
+
+def _require_manage(ident: Identity) -> None:
+    if ident.team_id is not None and ident.role not in ("owner", "admin"):
+        raise Forbidden("only a team owner or admin may change a team queue's admission policy", argument="queue")
+
+
+async def set_policy(core: Core, human: HumanCaller, queue: object, *, endpoint: object = None,
+                     max_in_flight: object = None, max_claims_per_window: object = None,
+                     window_spec: Window | None = None, paused: object = None) -> dict[str, Any]:
+    ident = await identity(core, human, queue, endpoint)
+    _require_manage(ident)
+    w = window_spec or window()
+    if paused is not None and not isinstance(paused, bool):
+        raise Invalid("paused must be true or false", argument="paused")
+    params = {"queue": ident.queue, "endpoint_id": ident.endpoint_id, "team_id": ident.team_id,
+              "max_in_flight": _limit(max_in_flight, "max_in_flight", MAX_IN_FLIGHT_MAX),
+              "max_claims_per_window": _limit(max_claims_per_window, "max_claims_per_window", MAX_CLAIMS_MAX),
+              "period": w.period, "tz": w.tz, "start_minute": w.start_minute, "weekday": w.weekday,
+              "paused": paused}
+    sql = Q.admission.upsert_team if ident.team_id is not None else Q.admission.upsert_endpoint
+    async with core.pool.connection() as conn:
+        await conn.execute(sql, params)
+    return (await status(core, human, [ident]))[0]
+
+
+async def set_paused(core: Core, human: HumanCaller, queue: object, paused: bool, *,
+                     endpoint: object = None) -> dict[str, Any]:
+    ident = await identity(core, human, queue, endpoint)
+    _require_manage(ident)
+    sql = Q.admission.set_paused_team if ident.team_id is not None else Q.admission.set_paused_endpoint
+    async with core.pool.connection() as conn:
+        await conn.execute(sql, {"queue": ident.queue, "endpoint_id": ident.endpoint_id,
+                                 "team_id": ident.team_id, "paused": paused})
+    return (await status(core, human, [ident]))[0]
+
+
+async def clear(core: Core, human: HumanCaller, queue: object, *, endpoint: object = None) -> dict[str, Any]:
+    ident = await identity(core, human, queue, endpoint)
+    _require_manage(ident)
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.admission.clear, {"queue": ident.queue, "endpoint_id": ident.endpoint_id,
+                                                     "team_id": ident.team_id})
+        gone = await cur.fetchone()
+    if gone is None:
+        raise NotFound("no admission policy on this queue", argument="queue")
+    return {"queue": ident.queue, "cleared": True}
+
+
+def public(row: dict[str, Any]) -> dict[str, Any]:
+    """A policy with its usage now, as people and agents read it."""
+    used = row["charged"] if row["charged_window"] == row["ws"] else 0
+    limit = row["max_claims_per_window"]
+    paused = bool(row["paused"]) or row["max_in_flight"] == 0 or limit == 0
+    status_ = ("paused" if paused
+               else "window_exhausted" if limit is not None and used >= limit
+               else "in_flight_full" if row["max_in_flight"] is not None and row["in_flight"] >= row["max_in_flight"]
+               else "open")
+    weekday = WEEKDAYS[row["window_weekday"] - 1] if row["window_weekday"] else None
+    minute = row["window_start_minute"]
+    return {
+        "queue": row["queue"], "endpoint": row.get("endpoint_slug"),
+        "max_in_flight": row["max_in_flight"], "in_flight": row["in_flight"],
+        "max_claims_per_window": limit, "used": used,
+        "remaining": None if limit is None else max(limit - used, 0),
+        "window": {"period": row["window_period"], "tz": row["window_tz"],
+                   "start": f"{minute // 60:02d}:{minute % 60:02d}", "weekday": weekday},
+        "window_resets_at": _iso(row["resets"]), "paused": bool(row["paused"]), "status": status_,
+        "pending": row["pending"],
+    }
+
+
+async def status(core: Core, human: HumanCaller | None, idents: list[Identity]) -> list[dict[str, Any]]:
+    if not idents:
+        return []
+    params = {"queues": [i.queue for i in idents],
+              "endpoint_ids": [i.endpoint_id for i in idents if i.endpoint_id is not None],
+              "team_ids": [i.team_id for i in idents if i.team_id is not None]}
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.admission.status, params)
+        rows = await cur.fetchall()
+    wanted = {(i.queue, i.endpoint_id, i.team_id) for i in idents}
+    return [public(r) for r in rows if (r["queue"], r["endpoint_id"], r["team_id"]) in wanted]
+
+
+async def show(core: Core, human: HumanCaller, queue: object, *, endpoint: object = None) -> dict[str, Any]:
+    ident = await identity(core, human, queue, endpoint)
+    got = await status(core, human, [ident])
+    if not got:
+        raise NotFound("no admission policy on this queue", argument="queue")
+    return got[0]
+
+
+async def list_for_human(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.admission.for_human, {"human_id": human.human_id})
+        idents = [Identity(r["queue"], r["endpoint_id"], r["team_id"]) for r in await cur.fetchall()]
+    return await status(core, human, idents)
+
+
+async def status_for_endpoint(core: Core, caller: EndpointCaller, queue: object = None) -> list[dict[str, Any]]:
+    """The read-only `admission_status` verb: the policies of the endpoint's queues (or one of them)."""
+    if queue is not None:
+        label = inputs.queue(queue)
+        if label not in caller.queues:
+            raise Forbidden(f"queue {label} not in this endpoint's scope", argument="queue")
+        queues = [label]
+    else:
+        queues = list(caller.queues)
+    team_ids: list[UUID] = []
+    team_labels = [q for q in queues if inputs.is_team_label(q)]
+    if team_labels:
+        async with core.pool.connection() as conn:
+            cur = await conn.execute(Q.teams.reached_teams, {"endpoint_id": caller.endpoint_id,
+                                                             "team_queues": team_labels})
+            team_ids = [r["team_id"] for r in await cur.fetchall()]
+    params = {"queues": queues, "endpoint_ids": [caller.endpoint_id], "team_ids": team_ids}
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.admission.status, params)
+        rows = await cur.fetchall()
+    out = []
+    for r in rows:
+        item = public(r)
+        item.pop("endpoint", None)
+        out.append(item)
+    return out

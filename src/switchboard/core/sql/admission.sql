@@ -1,0 +1,96 @@
+-- Admission control: policies per queue identity and their charges (migration 0017).
+
+-- name: verdicts
+-- First statement of a policed claim's transaction: locks the policies of %(queues)s that apply to the
+-- endpoint (its own queues and team labels) and judges each (the function's own statements read
+-- after the lock; migration 0017).
+SELECT * FROM switchboard_admission_verdicts(%(endpoint_id)s::uuid, %(queues)s::text[])
+
+-- name: any_policy
+-- Whether any of %(queues)s of the endpoint has a policy (after an unpoliced claim found nothing).
+SELECT EXISTS (SELECT 1 FROM admission_policies p
+                WHERE p.queue = ANY(%(queues)s::text[])
+                  AND (p.endpoint_id = %(endpoint_id)s::uuid OR p.team_id IS NOT NULL)) AS policed
+
+-- name: charge
+-- One unit per committed claim, in the policy's current window (a new window starts at zero); the
+-- policy rows are locked by `verdicts` in the same transaction.
+UPDATE admission_policies p
+   SET charged = CASE WHEN p.charged_window = c.ws THEN p.charged + c.n ELSE c.n END,
+       charged_window = c.ws
+  FROM unnest(%(ids)s::uuid[], %(ns)s::int[], %(windows)s::timestamptz[]) AS c(id, n, ws)
+ WHERE p.id = c.id
+
+-- name: upsert_endpoint
+-- Set the policy of an endpoint's queue (a new one, or new limits for an old one; its charges stay).
+INSERT INTO admission_policies (endpoint_id, queue, max_in_flight, max_claims_per_window, window_period,
+                                window_tz, window_start_minute, window_weekday, paused)
+VALUES (%(endpoint_id)s, %(queue)s, %(max_in_flight)s, %(max_claims_per_window)s, %(period)s, %(tz)s,
+        %(start_minute)s, %(weekday)s, coalesce(%(paused)s, false))
+ON CONFLICT (endpoint_id, queue) WHERE endpoint_id IS NOT NULL
+DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight, max_claims_per_window = EXCLUDED.max_claims_per_window,
+              window_period = EXCLUDED.window_period, window_tz = EXCLUDED.window_tz,
+              window_start_minute = EXCLUDED.window_start_minute, window_weekday = EXCLUDED.window_weekday,
+              paused = coalesce(%(paused)s, admission_policies.paused), updated_at = now()
+RETURNING *
+
+-- name: upsert_team
+INSERT INTO admission_policies (team_id, queue, max_in_flight, max_claims_per_window, window_period,
+                                window_tz, window_start_minute, window_weekday, paused)
+VALUES (%(team_id)s, %(queue)s, %(max_in_flight)s, %(max_claims_per_window)s, %(period)s, %(tz)s,
+        %(start_minute)s, %(weekday)s, coalesce(%(paused)s, false))
+ON CONFLICT (team_id, queue) WHERE team_id IS NOT NULL
+DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight, max_claims_per_window = EXCLUDED.max_claims_per_window,
+              window_period = EXCLUDED.window_period, window_tz = EXCLUDED.window_tz,
+              window_start_minute = EXCLUDED.window_start_minute, window_weekday = EXCLUDED.window_weekday,
+              paused = coalesce(%(paused)s, admission_policies.paused), updated_at = now()
+RETURNING *
+
+-- name: set_paused_endpoint
+-- Pause or resume an endpoint's queue; pausing a queue without a policy creates one that only pauses.
+INSERT INTO admission_policies (endpoint_id, queue, paused) VALUES (%(endpoint_id)s, %(queue)s, %(paused)s)
+ON CONFLICT (endpoint_id, queue) WHERE endpoint_id IS NOT NULL
+DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+RETURNING *
+
+-- name: set_paused_team
+INSERT INTO admission_policies (team_id, queue, paused) VALUES (%(team_id)s, %(queue)s, %(paused)s)
+ON CONFLICT (team_id, queue) WHERE team_id IS NOT NULL
+DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+RETURNING *
+
+-- name: clear
+DELETE FROM admission_policies
+ WHERE queue = %(queue)s AND (endpoint_id = %(endpoint_id)s::uuid OR team_id = %(team_id)s::uuid)
+RETURNING id
+
+-- name: status
+-- The policies and usage of the given queue identities, unlocked (a read for people and agents).
+SELECT p.*, switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
+                                     p.window_weekday, now()) AS ws,
+       switchboard_window_end(p.window_period, p.window_tz,
+                              switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
+                                                       p.window_weekday, now())) AS resets,
+       (SELECT count(*)::int FROM todos t
+         WHERE t.queue = p.queue
+           AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id ELSE t.team_id = p.team_id END)
+           AND (t.state = 'input-required' OR (t.state = 'claimed' AND t.lease_expires_at >= now())))
+           AS in_flight,
+       (SELECT count(*)::int FROM (SELECT 1 FROM todos t
+         WHERE t.queue = p.queue
+           AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id ELSE t.team_id = p.team_id END)
+           AND t.state = 'pending' LIMIT 100000) z) AS pending,
+       e.slug AS endpoint_slug
+  FROM admission_policies p
+  LEFT JOIN endpoints e ON e.id = p.endpoint_id
+ WHERE p.queue = ANY(%(queues)s::text[])
+   AND (p.endpoint_id = ANY(%(endpoint_ids)s::uuid[]) OR p.team_id = ANY(%(team_ids)s::uuid[]))
+ ORDER BY p.queue, e.slug
+
+-- name: for_human
+-- Every policy of the human's own endpoints and of their teams.
+SELECT p.queue, p.endpoint_id, p.team_id FROM admission_policies p
+  LEFT JOIN endpoints e ON e.id = p.endpoint_id
+  LEFT JOIN agents g ON g.id = e.agent_id
+ WHERE g.human_id = %(human_id)s
+    OR EXISTS (SELECT 1 FROM team_members m WHERE m.team_id = p.team_id AND m.human_id = %(human_id)s)
