@@ -297,6 +297,14 @@ async def grant_on_vend(conn: AsyncConnection[DictRow], human: HumanCaller, endp
     return granted
 
 
+async def member_ids(core: Core, team_id: Any) -> list[UUID]:
+    """The humans of a team, by the team's id (the Board tells each member's open pages that a team
+    todo moved)."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.teams.members, {"team_id": team_id})
+        return [UUID(str(r["human_id"])) for r in await cur.fetchall()]
+
+
 async def ring_candidates(core: Core, team_id: Any, queue: str) -> list[str]:
     """The live endpoints that reach a team queue now (for the doorbell)."""
     async with core.pool.connection() as conn:
