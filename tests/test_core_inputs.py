@@ -390,8 +390,8 @@ def test_mcp_input_schemas_state_the_cores_limits_and_only_decode_json():
     assert props("complete")["artifact"]["maxLength"] == inputs.ARTIFACT_MAX_BYTES
     assert props("heartbeat")["lease_token"]["maxLength"] == inputs.LEASE_TOKEN_MAX_CHARS
     assert props("claim")["id"]["maxLength"] == inputs.ID_MAX_CHARS
-    assert props("claim_next")["queue"]["maxLength"] == inputs.QUEUE_MAX_CHARS
-    assert props("list_todos")["queue"]["maxLength"] == inputs.QUEUE_MAX_CHARS
+    assert props("claim_next")["queue"]["maxLength"] == inputs.QUEUE_LABEL_MAX_CHARS
+    assert props("list_todos")["queue"]["maxLength"] == inputs.QUEUE_LABEL_MAX_CHARS
     assert props("request_input")["question"]["maxLength"] == inputs.QUESTION_MAX_BYTES
     assert props("list_todos")["state"]["enum"] == list(TODO_STATES)
     assert props("list_todos")["limit"]["default"] == inputs.LIST_LIMIT_DEFAULT

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import make_settings, start_thread_server
 from mcp_support import body, check_result, error_body, push, sdk, vend
+from switchboard.core import admission
 from switchboard.core.models import VERBS
 from switchboard.mcp import schemas
 from switchboard.mcp.tools import TOOLS
@@ -103,6 +104,22 @@ async def test_each_verb_success_and_error_validate_against_the_listed_schema(co
         asked = await run("request_input", {"id": side["ask"]["id"], "question": "which branch?"})
         assert asked["state"] == "input-required"
         await run("request_input", {"id": side["ask"]["id"], "question": "again?"}, "conflict")
+
+        # Admission control (SPEC-0030): usage on a claim, deferred on an empty claim_next, the error
+        # `deferred` on a claim by id, the read-only admission_status.
+        assert (await run("admission_status", {})) == {"policies": []}
+        await run("admission_status", {"queue": "elsewhere"}, "forbidden")
+        await admission.set_policy(core, a.human, "work", endpoint=a.slug, max_in_flight=1,
+                                   max_claims_per_window=10)
+        extra = [await push(core, a, f"x{i}", queue="work") for i in range(2)]
+        got = await run("claim_next", {"queue": "work"})
+        assert got["admission"]["in_flight"] == 1 and got["admission"]["used"] == 1
+        empty = await run("claim_next", {"queue": "work"})
+        assert empty["empty"] is True and empty["deferred"][0]["reason"] == "in_flight_full"
+        refused = await run("claim", {"id": extra[1]["id"]}, "deferred")
+        assert refused["queue"] == "work" and refused["reason"] == "in_flight_full"
+        status = await run("admission_status", {"queue": "work"})
+        assert status["policies"][0]["status"] == "in_flight_full"
 
     async with sdk(server.url, narrow, mode=mode) as n:
         result = await n.call_tool("complete", {"id": work[0]["id"]})

@@ -48,14 +48,15 @@ async def test_tools_list_shows_only_granted_verbs(core, server, verb):
     a = await vend(core, verbs=[verb])
     async with sdk(server.url, a) as c:
         names = {t.name for t in (await c.list_tools()).tools}
-    assert names == ({"list_todos", "get_todo"} if verb == "list_todos" else {verb})
+    implied = {"list_todos": {"get_todo"}, "claim": {"admission_status"}, "claim_next": {"admission_status"}}
+    assert names == {verb} | implied.get(verb, set())
 
 
 async def test_default_scope_lists_get_todo_but_never_implies_release(core, server):
     a = await vend(core)  # the default verbs: list_todos implies get_todo
     async with sdk(server.url, a) as c:
         names = [t.name for t in (await c.list_tools()).tools]
-    assert names == [v for v in VERBS if v in set(DEFAULT_VERBS) | {"get_todo"}]
+    assert names == [v for v in VERBS if v in set(DEFAULT_VERBS) | {"get_todo", "admission_status"}]
     b = await vend(core, verbs=[v for v in VERBS if v != "release"])
     async with sdk(server.url, b) as c:
         assert "release" not in {t.name for t in (await c.list_tools()).tools}

@@ -32,6 +32,7 @@ ASSIGNEE_MAX_CHARS = 200
 KIND_MAX_CHARS = 64
 ID_MAX_CHARS = 64               # todo ids and endpoint slugs
 QUEUE_MAX_CHARS = 64
+QUEUE_LABEL_MAX_CHARS = 5 + 32 + 1 + QUEUE_MAX_CHARS  # team:<slug>/<queue>
 LEASE_TOKEN_MAX_CHARS = 256
 MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX = 1, 100
 LIST_LIMIT_DEFAULT = 50         # rows of a list, on every surface

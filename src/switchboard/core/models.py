@@ -17,16 +17,19 @@ if TYPE_CHECKING:
 
 # The drain family of verbs an endpoint may be granted (SPEC-0034 REQ-8, REQ-9).
 VERBS = ("list_todos", "get_todo", "claim", "claim_next", "heartbeat", "complete", "fail", "release",
-         "request_input")
+         "request_input", "admission_status")
 DEFAULT_VERBS = ("list_todos", "claim", "claim_next", "heartbeat", "complete", "fail", "release",
                  "request_input")
 
 
 def effective_verbs(granted: tuple[str, ...] | list[str]) -> frozenset[str]:
-    """What a scope allows: `get_todo` is implied by `list_todos`; nothing implies `release`."""
+    """What a scope allows: `get_todo` is implied by `list_todos`, the read-only `admission_status` by
+    `claim` or `claim_next` (SPEC-0030); nothing implies `release`."""
     verbs = set(granted)
     if "list_todos" in verbs:
         verbs.add("get_todo")
+    if verbs & {"claim", "claim_next"}:
+        verbs.add("admission_status")
     return frozenset(verbs)
 
 

@@ -169,8 +169,9 @@ RESULT = Param(
     f"Any JSON value to store as the todo's result (at most {limits.RESULT_MAX_BYTES // 1024} KiB "
     "serialised). It replaces an earlier result.")
 QUEUE_FILTER = Param(
-    "queue", "string", "Only this queue (one of the endpoint's granted queues). Omit for all granted queues.",
-    max_length=limits.QUEUE_MAX_CHARS)
+    "queue", "string", "Only this queue (one of the endpoint's granted queues, a team queue by its label "
+    "team:<team-slug>/<queue>). Omit for all granted queues.",
+    max_length=limits.QUEUE_LABEL_MAX_CHARS)
 STATE_FILTER = Param(
     "state", "string", f"Only todos in this state: {', '.join(TODO_STATES)}.", enum=TODO_STATES)
 LIST_LIMIT = Param(
@@ -327,12 +328,59 @@ _CLAIM_PROPS = {
                                 "release. Returned once; keep it out of logs."),
 }
 
+DEFER_REASONS = ("window_exhausted", "in_flight_full", "paused", "admission_unavailable")
+
+DEFERRED = {
+    "type": "array",
+    "description": "Only when empty: the queues admission control held back, and why. Claim again after "
+                   "next_eligible_at, or from another queue.",
+    "items": {"type": "object", "properties": {
+        "queue": _t("string", "The deferred queue."),
+        "reason": _t("string", "Why: paused, the window's claim budget spent, or its in-flight cap full.",
+                     enum=list(DEFER_REASONS)),
+        "pending": _t(["integer", "null"], "Todos waiting on it."),
+        "next_eligible_at": _t(["string", "null"], f"When it may admit again ({TIMESTAMP_NOTE}); null when "
+                                                   "unknown (paused)."),
+    }, "required": ["queue", "reason", "next_eligible_at"]},
+}
+
+ADMISSION_USAGE = {
+    "type": "object",
+    "description": "The queue's admission policy after this claim (only when one applies).",
+    "properties": {
+        "max_in_flight": _t(["integer", "null"], "Cap on leases held at once; null for none."),
+        "in_flight": _t("integer", "Leases held now, this one included."),
+        "max_claims_per_window": _t(["integer", "null"], "Claims allowed per window; null for no budget."),
+        "used": _t("integer", "Claims charged in the current window, this one included."),
+        "remaining": _t(["integer", "null"], "Claims left in the window; null for no budget."),
+        "window_resets_at": _t(["string", "null"], f"When the window starts afresh ({TIMESTAMP_NOTE})."),
+    },
+}
+
+ADMISSION_STATUS_RESULT = {
+    "type": "object",
+    "description": "The admission policies of this endpoint's queues, with their usage now.",
+    "properties": {"policies": {"type": "array", "description": "One per policed queue; [] when none.",
+                                "items": {"type": "object", "properties": {
+                                    "queue": _t("string", "The queue."),
+                                    "status": _t("string", "open, paused, window_exhausted or in_flight_full."),
+                                    "max_in_flight": _t(["integer", "null"], "Cap on leases held at once."),
+                                    "in_flight": _t("integer", "Leases held now."),
+                                    "max_claims_per_window": _t(["integer", "null"], "Claims per window."),
+                                    "used": _t("integer", "Claims charged in the current window."),
+                                    "remaining": _t(["integer", "null"], "Claims left in the window."),
+                                    "window_resets_at": _t(["string", "null"], "When the window resets."),
+                                    "pending": _t(["integer", "null"], "Todos waiting."),
+                                }, "required": ["queue", "status"]}}},
+    "required": ["policies"],
+}
+
 CLAIM_RESULT = {"type": "object", "description": "The claimed todo with its payload and attempt history.",
-                "properties": {**_FULL_PROPS, **_CLAIM_PROPS},
+                "properties": {**_FULL_PROPS, **_CLAIM_PROPS, "admission": ADMISSION_USAGE},
                 "required": _COMPACT_REQUIRED + ["attempt_seq", "attempts_total", "prior_attempts"]}
 
 CLAIM_ITEM = {"type": "object", "description": "One todo a batched claim_next claimed.",
-              "properties": {"todo": TODO_FULL, **_CLAIM_PROPS},
+              "properties": {"todo": TODO_FULL, **_CLAIM_PROPS, "admission": ADMISSION_USAGE},
               "required": ["todo", "attempt_seq", "attempts_total", "prior_attempts"]}
 
 CLAIM_NEXT_RESULT = {
@@ -345,6 +393,8 @@ CLAIM_NEXT_RESULT = {
         **_CLAIM_PROPS,
         "todos": {"type": "array", "items": CLAIM_ITEM,
                   "description": "With max_todos only: the todos claimed, oldest first ([] when empty)."},
+        "deferred": DEFERRED,
+        "admission": ADMISSION_USAGE,
     },
     "required": ["empty"],
 }
@@ -395,7 +445,8 @@ LIST_RESULT = {"type": "object", "description": "Todos newest first.",
                "properties": {"todos": {"type": "array", "items": TODO_COMPACT, "description": "Compact rows."}},
                "required": ["todos"]}
 
-ERROR_CODES = ["not_found", "conflict", "forbidden", "invalid", "unauthorized", "internal"]
+ERROR_CODES = ["not_found", "conflict", "forbidden", "invalid", "unauthorized", "deferred", "unavailable",
+               "internal"]
 
 # The JSON text of an error result (`isError: true`). It is not an output schema: error results carry
 # no structured content, so a client checking `structuredContent` against the tool's output schema
@@ -410,6 +461,10 @@ ERROR_BODY = {
                 "code": _t("string", "What kind of refusal; act on it.", enum=ERROR_CODES),
                 "message": _t("string", "What was wrong, for people; never carries an id, token or summary."),
                 "argument": _t("string", "The argument that was wrong (code invalid only)."),
+                "queue": _t("string", "Code deferred only: the queue admission control holds back."),
+                "reason": _t("string", "Code deferred only: why.", enum=list(DEFER_REASONS)),
+                "next_eligible_at": _t(["string", "null"], "Code deferred only: when the queue may admit again "
+                                                          f"({TIMESTAMP_NOTE}); null when unknown."),
             },
             "required": ["code", "message"],
             "additionalProperties": False,
