@@ -129,6 +129,7 @@ def todo_detail(row: dict[str, Any], attempts: list[dict[str, Any]], *, owner_vi
     out["attempts_pruned"] = row["attempts_pruned"]
     if owner_view:
         out["endpoint"] = row.get("endpoint_slug")
+        out["team"] = row.get("team_slug")  # a team todo's team (its endpoint is null), as the lists say
         out["updated_at"] = ts(row.get("updated_at"))
         out["claimed_at"] = ts(row.get("claimed_at"))
         out["completed_at"] = ts(row.get("completed_at"))
