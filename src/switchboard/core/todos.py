@@ -203,13 +203,24 @@ def _result(row: dict[str, Any], token: str | None) -> ClaimResult:
                        prior_attempts=[shapes.attempt(a) for a in row["prior_attempts"]], lease_token=token)
 
 
-def _claim_events(rows: list[dict[str, Any]]) -> list[events.Event]:
+def _claim_events(rows: list[dict[str, Any]], charged: frozenset[str] = frozenset()) -> list[events.Event]:
+    """The takeover and claim events of claimed rows; a claim charged to an admission policy (its
+    queue in `charged`) says so (`admission_charged`, counted by the metrics)."""
     evs = []
     for row in rows:
         if row.get("closed_attempt"):
             evs.append(events.build("takeover", row, row["closed_attempt"]))
-        evs.append(events.build("claim", row))
+        if row["queue"] in charged:
+            evs.append(events.build("claim", row, admission_charged=True))
+        else:
+            evs.append(events.build("claim", row))
     return evs
+
+
+def _deferral_events(deferred: list[dict[str, Any]]) -> list[events.Event]:
+    """One `admission_deferred` event per queue refused (no todo: the metrics count refusals)."""
+    return [events.Event(verb="admission_deferred", todo={"id": ""}, endpoint_id="", queue=d["queue"],
+                         extra={"reason": d["reason"]}) for d in deferred]
 
 
 async def _fetch(conn: Any, sql: str, params: dict[str, Any], op: str) -> list[dict[str, Any]]:
@@ -253,6 +264,7 @@ async def _claim_policed(core: Core, caller: Caller, params: dict[str, Any], tok
             verdicts = await admission.judge(conn, miss["endpoint_id"], [queue])
             if not verdicts.admitted([queue]):
                 refusal = verdicts.deferred()[0]
+                await core.bus.publish(*_deferral_events([refusal]))
                 raise Deferred(queue=queue, reason=refusal["reason"], next_eligible_at=refusal["next_eligible_at"],
                                op="claim", todo_id=params["id"])
             rows = await _fetch(conn, Q.todos.claim, {**params, "admitted": True}, "claim")
@@ -262,14 +274,10 @@ async def _claim_policed(core: Core, caller: Caller, params: dict[str, Any], tok
         await core.pool.putconn(conn)
     if not rows:
         raise await _miss(core, caller, params["id"], "claim")
-    await core.bus.publish(*_claim_events(rows), *_charge_events(rows, verdicts))
+    await core.bus.publish(*_claim_events(rows, frozenset(verdicts.rows)))
     got = _result(rows[0], token)
     got.admission = verdicts.usage_after(queue, 1)
     return got
-
-
-def _charge_events(rows: list[dict[str, Any]], verdicts: admission.Verdicts) -> list[events.Event]:
-    return [events.build("admission_charged", r) for r in rows if r["queue"] in verdicts.rows]
 
 
 def _claim_queues(caller: EndpointCaller, queue: str | None) -> list[str]:
@@ -374,15 +382,16 @@ async def _take_policed(core: Core, caller: EndpointCaller, queues: list[str], p
     claimed, _ = await _claimed(core, pairs, verdicts)
     for got in claimed:
         got.admission = verdicts.usage_after(got.todo["queue"], per_queue.get(got.todo["queue"], 0))
-    return claimed, ([] if claimed else verdicts.deferred())
+    deferred = verdicts.deferred()
+    if deferred:
+        await core.bus.publish(*_deferral_events(deferred))
+    return claimed, ([] if claimed else deferred)
 
 
 async def _claimed(core: Core, pairs: Claimed,
                    verdicts: admission.Verdicts | None) -> tuple[list[ClaimResult], list[dict[str, Any]]]:
     results, rows = [got for got, _ in pairs], [row for _, row in pairs]
-    evs = _claim_events(rows)
-    if verdicts is not None:
-        evs += _charge_events(rows, verdicts)
+    evs = _claim_events(rows, frozenset(verdicts.rows) if verdicts is not None else frozenset())
     if evs:
         await core.bus.publish(*evs)
     return results, []

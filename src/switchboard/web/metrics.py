@@ -151,6 +151,11 @@ class Metrics:
                                      "Notify hook delivery attempts by result class.", ["result"], registry=r)
         self.hook_notifications = Counter("switchboard_notify_hook_notifications_total",
                                           "Notify hook notifications settled.", ["type", "outcome"], registry=r)
+        self.admission_charged = Counter("switchboard_admission_charged_total",
+                                         "Claims charged to an admission policy (SPEC-0030).", ["queue"], registry=r)
+        self.admission_refusals = Counter("switchboard_admission_refusals_total",
+                                          "Claims admission control deferred, by reason.", ["queue", "reason"],
+                                          registry=r)
         self.snapshot: tuple[dict, dict] | None = None
         self._gauges = _QueueGauges(self)
         r.register(self._gauges)
@@ -164,6 +169,11 @@ class Metrics:
         if verb in ("heartbeat", "request_input", "provide_input", "endpoint_revoked"):
             return
         queue = self.queue(ev.queue)
+        if verb == "admission_deferred":
+            self.admission_refusals.labels(queue, bounded(str(ev.extra.get("reason", "")))).inc()
+            return
+        if ev.extra.get("admission_charged"):
+            self.admission_charged.labels(queue).inc()
         if verb == "create":
             self.created.labels(queue, bounded(ev.source or "unknown")).inc()
         elif verb == "claim":
