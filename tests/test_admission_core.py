@@ -144,3 +144,17 @@ async def test_another_humans_queue_is_not_found(core):
     with pytest.raises(CoreError) as err:
         await admission.set_policy(core, w.h2, "inbox", endpoint=w.slug1, max_in_flight=1)
     assert err.value.code == "not_found"
+
+
+async def test_scrape_gauges_count_policies_by_status_and_the_todos_held_back(core):
+    w = await make_world(core)
+    metrics = Metrics()
+    await admission.set_policy(core, w.h1, "inbox", endpoint=w.slug1, max_in_flight=5)
+    await admission.set_paused(core, w.h2, "inbox", True, endpoint=w.slug2)
+    await w.todo()
+    await w.todo(caller=w.e2)
+    await w.todo(caller=w.e2)
+    await metrics.refresh(core)
+    assert value(metrics, "switchboard_admission_policies", queue="inbox", status="open") == 1
+    assert value(metrics, "switchboard_admission_policies", queue="inbox", status="paused") == 1
+    assert value(metrics, "switchboard_admission_deferred_todos", queue="inbox", reason="paused") == 2

@@ -112,6 +112,19 @@ class _QueueGauges(Collector):
         for queue, seconds in sorted(oldest.items()):
             age.add_metric([queue], seconds)
         yield age
+        statuses, deferred = self.metrics.admission_snapshot
+        policies = GaugeMetricFamily("switchboard_admission_policies",
+                                     "Admission policies by queue and status, read at scrape (SPEC-0030).",
+                                     labels=["queue", "status"])
+        for (queue, status), n in sorted(statuses.items()):
+            policies.add_metric([queue, status], n)
+        yield policies
+        held = GaugeMetricFamily("switchboard_admission_deferred_todos",
+                                 "Pending todos on queues admission control holds back, by reason.",
+                                 labels=["queue", "reason"])
+        for (queue, reason), n in sorted(deferred.items()):
+            held.add_metric([queue, reason], n)
+        yield held
 
     def describe(self):
         return []
@@ -157,6 +170,7 @@ class Metrics:
                                           "Claims admission control deferred, by reason.", ["queue", "reason"],
                                           registry=r)
         self.snapshot: tuple[dict, dict] | None = None
+        self.admission_snapshot: tuple[dict, dict] = ({}, {})
         self._gauges = _QueueGauges(self)
         r.register(self._gauges)
         ProcessCollector(registry=r)
@@ -235,7 +249,7 @@ class Metrics:
 
     async def refresh(self, core) -> None:
         try:
-            rows, scoped = await gauges.queue_states(core)
+            rows, scoped, policies = await gauges.queue_states(core)
         except Exception:
             log.warning("queue gauges unavailable", extra={"event": "metrics_collector_failed"})
             self.collection_errors.labels("queue").inc()
@@ -253,6 +267,14 @@ class Metrics:
             counts[(name, r["state"])] += r["n"]  # folded queues are summed
             if r["state"] == "pending":
                 oldest[name] = max(oldest[name], float(r["oldest_seconds"]))  # and their age is the max
+        statuses: dict[tuple[str, str], float] = {}
+        deferred: dict[tuple[str, str], float] = {}
+        for p in policies:
+            name = self.queue(p["queue"])
+            statuses[(name, p["status"])] = statuses.get((name, p["status"]), 0) + 1
+            if p["status"] != "open":
+                deferred[(name, p["status"])] = deferred.get((name, p["status"]), 0) + p["pending"]
+        self.admission_snapshot = (statuses, deferred)
         self.snapshot = (counts, oldest)
 
     def render(self) -> bytes:

@@ -21,5 +21,32 @@ SELECT queue, 'dead_letter', count(*)::bigint, 0::float FROM todos
 -- Queues granted to active endpoints: they report zeros when nothing is in them.
 SELECT DISTINCT unnest(scope_queues) AS queue FROM endpoints WHERE state = 'active'
 
+-- name: admission_states
+-- Each admission policy's status now (as core/admission.py `public` says it) and, when it holds the
+-- queue back, how many todos wait on it (counted up to 100,000).
+SELECT v.queue, v.status,
+       CASE WHEN v.status = 'open' THEN 0 ELSE
+           (SELECT count(*) FROM (SELECT 1 FROM todos t
+                                   WHERE t.queue = v.queue AND t.state = 'pending'
+                                     AND (CASE WHEN v.team_id IS NULL THEN t.endpoint_id = v.endpoint_id
+                                               ELSE t.team_id = v.team_id END)
+                                   LIMIT 100000) z) END::bigint AS pending
+  FROM (SELECT p.queue, p.endpoint_id, p.team_id,
+               CASE WHEN p.paused OR p.max_in_flight = 0 OR p.max_claims_per_window = 0 THEN 'paused'
+                    WHEN p.max_claims_per_window IS NOT NULL
+                         AND p.charged_window = switchboard_window_start(p.window_period, p.window_tz,
+                                                   p.window_start_minute, p.window_weekday, now())
+                         AND p.charged >= p.max_claims_per_window THEN 'window_exhausted'
+                    WHEN p.max_in_flight IS NOT NULL AND p.max_in_flight <= (
+                         SELECT count(*) FROM todos t
+                          WHERE t.queue = p.queue
+                            AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id
+                                      ELSE t.team_id = p.team_id END)
+                            AND (t.state = 'input-required'
+                                 OR (t.state = 'claimed' AND t.lease_expires_at >= now())))
+                         THEN 'in_flight_full'
+                    ELSE 'open' END AS status
+          FROM admission_policies p) v
+
 -- name: statement_timeout
 SET LOCAL statement_timeout = '5s'
