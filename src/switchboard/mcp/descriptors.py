@@ -9,7 +9,9 @@ operating system refuses them for it.
   stream) once the open descriptors reach the limit minus a reserve (`RESERVE_FRACTION` of it, at
   least `RESERVE_MIN`), which is left for the database pool, the LISTEN connection, logs, the Board
   and requests of sessions already open. Counting reads `/proc/self/fd` at most every
-  `RECOUNT_SECONDS`; between counts each admitted request counts as one more descriptor.
+  `RECOUNT_SECONDS`; between counts each admitted request counts as one more descriptor (an
+  overestimate: a session's `initialize` and its GET stream usually share one connection), so before
+  refusing, the open descriptors are counted again (at most every `REFUSAL_RECOUNT_SECONDS`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ log = logging.getLogger("switchboard.mcp")
 RESERVE_FRACTION = 0.05
 RESERVE_MIN = 64
 RECOUNT_SECONDS = 0.25
+REFUSAL_RECOUNT_SECONDS = 0.02
 
 
 def raise_soft_limit() -> tuple[int, int]:
@@ -64,7 +67,8 @@ class DescriptorGuard:
 
     def _near_limit(self) -> bool:
         now = time.monotonic()
-        if now - self._counted_at >= RECOUNT_SECONDS:
+        since = now - self._counted_at
+        if since >= RECOUNT_SECONDS or (self._count + 1 >= self.ceiling and since >= REFUSAL_RECOUNT_SECONDS):
             self._count = open_descriptors()
             self._counted_at = now
         else:

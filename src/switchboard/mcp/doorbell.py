@@ -80,17 +80,13 @@ def channel_params(todo: dict) -> dict:
 def _stream_open(mcp: McpSurface, session_id: str) -> bool | None:
     """Whether a session's GET notification stream is open (None when we cannot tell).
 
-    Notifications sent without an open stream vanish (stack.md P7). The SDK has no public way to
-    ask, so this reads the session manager's transports; mcp is pinned to 2.3.* in pyproject.toml.
+    Notifications sent without an open stream vanish (stack.md P7); the session manager's light
+    sessions (`session_host.py`) say whether theirs is open.
     """
-    try:
-        from mcp.server.streamable_http import GET_STREAM_KEY
-
-        manager = mcp.manager
-        transport = manager._server_instances.get(session_id)
-        return transport is not None and GET_STREAM_KEY in transport._request_streams
-    except Exception:
-        return None
+    session = mcp.manager._server_instances.get(session_id)
+    if session is None:
+        return False
+    return getattr(session, "stream_open", None)
 
 
 class Doorbell:
@@ -149,6 +145,10 @@ class Doorbell:
     def _local_endpoints(self) -> set[str]:
         return self.sessions.endpoints() | self.listeners.endpoints()
 
+    def _is_local(self, endpoint_id: str) -> bool:
+        """Whether a session or listen stream of `endpoint_id` is held here (no copy of every endpoint)."""
+        return self.sessions.has_endpoint(endpoint_id) or self.listeners.has_endpoint(endpoint_id)
+
     async def on_wakeups(self, batch: list[dict]) -> None:
         """Wake-ups from any process: clear the gate of re-queued todos, then ring the ready ones."""
         latest: dict[str, dict] = {}
@@ -156,8 +156,7 @@ class Doorbell:
             if note.get("reason") in REQUEUE_REASONS:
                 self.gate.pop(note["todo_id"], None)
             latest[note["todo_id"]] = note
-        local = self._local_endpoints()
-        wanted = {tid: n for tid, n in latest.items() if str(n.get("endpoint_id")) in local}
+        wanted = {tid: n for tid, n in latest.items() if self._is_local(str(n.get("endpoint_id")))}
         if not wanted:
             return
         for todo in await rings.pending_by_ids(self.runtime.core, wanted):

@@ -92,6 +92,9 @@ class ListenRegistry:
     def endpoints(self) -> set[str]:
         return set(self._by_endpoint)
 
+    def has_endpoint(self, endpoint_id: str) -> bool:
+        return endpoint_id in self._by_endpoint
+
     def for_endpoint(self, endpoint_id: str) -> list[ListenStream]:
         return list(self._by_endpoint.get(str(endpoint_id), ()))
 

@@ -1,6 +1,7 @@
 """The agent surface: Streamable HTTP MCP at `/mcp/<slug>` on the official SDK's low-level `Server`
-and `StreamableHTTPSessionManager`, routed inside our Starlette app; the manager's `run()` is entered in
-the app's lifespan (a mounted sub-app's lifespan would not run).
+and its `StreamableHTTPSessionManager` with light sessions (`session_host.py`: no server task per
+session), routed inside our Starlette app; the manager's `run()` is entered in the app's lifespan (a
+mounted sub-app's lifespan would not run).
 
 - Both protocol eras: the 2025-11-25 handshake with `Mcp-Session-Id` and a GET notification stream
   (the session id is recorded on attempts as `claimer_session`), and the 2026-07-28 per-request era
@@ -27,12 +28,14 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.session import ServerSession
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.routing import Route
+from starlette.types import Scope, Send
 
 from .. import __version__
 from ..core import endpoints, todos
@@ -44,8 +47,10 @@ from . import tools
 from .auth import CredentialCache
 from .descriptors import DescriptorGuard, raise_soft_limit
 from .gateway import CALL_FACTS, CALLER_KEY, MAX_BODY_BYTES, Gateway, allowed_hostnames
+from .gateway import UNAUTHORIZED as UNAUTHORIZED_BODY
 from .listen_streams import ListenRegistry
 from .resources import QUEUE_URI, ResourceProvider, queue_of, queue_uri
+from .session_host import STANDALONE, LightSessionManager
 from .session_ids import tag_session_ids
 from .sessions import LiveSession, SessionRegistry
 
@@ -57,6 +62,8 @@ UNAUTHORIZED = -32001  # JSON-RPC error of a non-tool request in a session whose
 CHANNEL_CAPABILITY = "claude/channel"
 ENDING_REASONS = frozenset({"revoked", "rotated", "deleted"})  # credential changes that end sessions
 REFUSED_GRACE_SECONDS = 30.0  # a revoked endpoint's session may still be told why, then it ends
+ENDED_REMEMBERED_SECONDS = 600.0  # how long a session ended for its credential is answered 401
+MAX_ENDED_REMEMBERED = 10_000
 
 
 def connection_of(session: Any) -> Any:
@@ -148,7 +155,8 @@ class McpSurface:
             allowed_origins=[f"{scheme}://{h}{port}" for scheme in ("http", "https") for h in bracket
                              for port in ("", ":*")])
         soft_fds, _ = raise_soft_limit()  # each held MCP connection is an open file (descriptors.py)
-        self.manager = StreamableHTTPSessionManager(
+        # The SDK's session manager with light sessions (session_host.py): no server task per session.
+        self.manager = LightSessionManager(
             app=self.server, json_response=True, security_settings=security,
             max_request_body_size=MAX_BODY_BYTES,
             # The SDK's own ceiling (10,000) would refuse sessions the descriptor guard still has room
@@ -157,6 +165,7 @@ class McpSurface:
         tag_session_ids(self.manager, self.settings.instance_id)  # routable ids (docs/deploy.md)
         self.credentials = CredentialCache(self.settings.mcp_auth_cache_seconds)
         self.credentials.session_owner = self._session_owner
+        self.manager.unknown_session = self._refuse_ended
         self.gateway = Gateway(StreamableHTTPASGIApp(self.manager), self.settings, lambda: self.runtime.core,
                                self.credentials)
         self.front = DescriptorGuard(self.gateway)  # what `/mcp/<slug>` routes to
@@ -165,6 +174,10 @@ class McpSurface:
         self._unlisten: Callable[[], None] | None = None
         self._tasks: set[asyncio.Task] = set()
         self._ending: dict[str, float] = {}  # session id -> when it is due to end (monotonic)
+        # Sessions ended because their endpoint's credential stopped working, remembered for a while: a
+        # request still naming one is refused like a new request with that credential (401), also when
+        # it passed the gateway just before the session ended (`_refuse_ended`).
+        self._ended_refused: dict[str, float] = {}
         self.sessions_ended = 0  # sessions ended because their endpoint's credential stopped working
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -254,11 +267,42 @@ class McpSurface:
         await asyncio.sleep(delay)
         transport = self.manager._server_instances.get(sid)
         try:
+            # One step, no await in between: the session leaves the manager and the refused list
+            # together, and is remembered as ended, so a request naming it from now on is a 401 (the
+            # gateway, or `_refuse_ended` for one that passed the gateway just before). Requests of
+            # the session still in flight finish; `_handshake` refuses them while `_ending` has it.
+            self.credentials.session_ended(sid)
+            self._remember_refused(sid)
             if transport is not None:
                 await self.manager._discard_session(sid, transport)
         finally:
-            self.credentials.session_ended(sid)
             self._ending.pop(sid, None)
+
+    def _remember_refused(self, sid: str) -> None:
+        now = time.monotonic()
+        if len(self._ended_refused) >= MAX_ENDED_REMEMBERED:
+            self._ended_refused = {k: t for k, t in self._ended_refused.items() if now - t < ENDED_REMEMBERED_SECONDS}
+            if len(self._ended_refused) >= MAX_ENDED_REMEMBERED:
+                self._ended_refused.clear()
+        self._ended_refused[sid] = now
+
+    def ended_refused(self, sid: str) -> bool:
+        """Whether `sid` is a session recently ended because its endpoint's credential stopped working."""
+        at = self._ended_refused.get(sid)
+        return at is not None and time.monotonic() - at < ENDED_REMEMBERED_SECONDS
+
+    async def _refuse_ended(self, sid: str, scope: Scope, send: Send) -> bool:
+        """A request naming a session ended for its credential, which passed the gateway while the
+        session was still being told why: the gateway's 401, not the SDK's 404 for a lost session."""
+        if not self.ended_refused(sid):
+            return False
+        body = UNAUTHORIZED_BODY
+        await send({"type": "http.response.start", "status": 401, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"cache-control", b"no-store"),
+            (b"www-authenticate", self.gateway.challenge(scope["path_params"].get("slug", "")))]})
+        await send({"type": "http.response.body", "body": body})
+        return True
 
     def instructions(self, caller: EndpointCaller | None) -> str:
         extra = [line for line in (p.instructions() for p in self.providers) if line]
@@ -270,7 +314,9 @@ class McpSurface:
         """Per-endpoint instructions on initialize; session tracking once the client is initialized."""
         method = ctx.method
         sid = connection_of(ctx.session).session_id
-        if sid is not None and sid in self.credentials.refused_sessions and not method.startswith("notifications/"):
+        refused = sid is not None and (sid in self.credentials.refused_sessions or sid in self._ending)
+        if refused and not method.startswith("notifications/"):
+            assert sid is not None
             self._later(0.5, sid)  # told once; the session ends right after this answer
             if method == "tools/call":
                 return tools.error_result(Unauthorized())
@@ -297,8 +343,10 @@ class McpSurface:
             return live
         caps = ctx.session.client_capabilities
         channel = bool(caps is not None and caps.experimental and CHANNEL_CAPABILITY in caps.experimental)
-        live = LiveSession(session_id=sid, caller=_caller(ctx).with_session(sid), session=ctx.session,
-                           channel=channel)
+        # The session's own ServerSession (its standalone channel), not the request's: holding the
+        # request's would keep that request alive as long as the session.
+        live = LiveSession(session_id=sid, caller=_caller(ctx).with_session(sid),
+                           session=ServerSession(STANDALONE, connection), channel=channel)
         connection.exit_stack.push_async_callback(self.sessions.remove, sid)
         await self.sessions.add(live)
         log.info("mcp session opened", extra={"endpoint": live.caller.slug})

@@ -20,7 +20,7 @@ from ..core.models import EndpointCaller
 class LiveSession:
     session_id: str
     caller: EndpointCaller
-    session: Any  # the SDK's ServerSession: `await session.send_notification(...)`
+    session: Any  # the session's own SDK ServerSession: `await session.send_notification(...)`
     channel: bool = False  # the client declared the experimental `claude/channel` capability
     subscriptions: set[str] = field(default_factory=set)  # resource URIs subscribed to
     endpoint_id: str = field(init=False)  # str(caller.endpoint_id), computed once
@@ -53,6 +53,9 @@ class SessionRegistry:
     def endpoints(self) -> set[str]:
         """The endpoint ids with at least one live session here."""
         return set(self._by_endpoint)
+
+    def has_endpoint(self, endpoint_id: str) -> bool:
+        return endpoint_id in self._by_endpoint
 
     def for_endpoint(self, endpoint_id: str) -> list[LiveSession]:
         return list(self._by_endpoint.get(str(endpoint_id), {}).values())
@@ -98,7 +101,9 @@ class SessionCap:
     request's start and end (`enter`/`leave`) so that idleness and recency are known.
 
     Reads two private attributes of `StreamableHTTPSessionManager` (`_server_instances`,
-    `_session_owners`) and calls its `_discard_session`; mcp is pinned in pyproject.toml.
+    `_session_owners`) and calls its `_discard_session`; mcp is pinned in pyproject.toml. With
+    `session_host.LightSessionManager` an endpoint's sessions come from the manager's own index
+    instead of a scan of every session.
     """
 
     def __init__(self, manager: Any, limit: int) -> None:
@@ -113,6 +118,10 @@ class SessionCap:
         return len(self.manager._server_instances)
 
     def of_endpoint(self, endpoint_id: str) -> list[str]:
+        indexed = getattr(self.manager, "sessions_of", None)  # session_host.LightSessionManager
+        if indexed is not None:
+            sessions: list[str] = indexed(endpoint_id)
+            return sessions
         owners = self.manager._session_owners
         instances = self.manager._server_instances
         return [sid for sid, owner in list(owners.items())
