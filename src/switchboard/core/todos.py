@@ -270,6 +270,8 @@ async def _claim_policed(core: Core, caller: Caller, params: dict[str, Any], tok
             rows = await _fetch(conn, Q.todos.claim, {**params, "admitted": True}, "claim")
             if rows:
                 await admission.charge(conn, verdicts, {queue: 1})
+    except psycopg.errors.ExclusionViolation:
+        raise Conflict(op="claim", todo_id=params["id"]) from None
     finally:
         await core.pool.putconn(conn)
     if not rows:
@@ -353,6 +355,12 @@ async def _take_policed(core: Core, caller: EndpointCaller, queues: list[str], p
     transaction (core/admission.py)."""
     admitted_params = {**params, "admitted": True}
     pairs: Claimed = []
+    want = n or 1
+
+    def room_of(queue: str) -> int:
+        cap = verdicts.cap(queue)  # None: no policy on this queue
+        return want if cap is None else min(cap, want)
+
     conn = await core.pool.getconn()
     try:
         async with conn.transaction():
@@ -360,23 +368,22 @@ async def _take_policed(core: Core, caller: EndpointCaller, queues: list[str], p
             if not verdicts.rows:
                 core.policed.mark(caller.endpoint_id, False)
             open_queues = verdicts.admitted(queues)
-            want = n or 1
-            capped = [q for q in open_queues if (verdicts.cap(q) or want) < want]
-            if open_queues and not capped:
+            if open_queues and all(room_of(q) >= want for q in open_queues):
                 pairs = await _claim_some(conn, open_queues, admitted_params, n, fenced, token)
-            else:  # a cap below the batch: queue by queue, each within its cap
+            else:  # a policy's room below the batch: queue by queue, each within its room
                 for q in open_queues:
-                    room = min(want - len(pairs), verdicts.cap(q) or want)
+                    room = min(want - len(pairs), room_of(q))
                     if room <= 0:
                         break
                     pairs += await _claim_some(conn, [q], admitted_params, None if n is None else room,
                                                fenced, token)
-                    if n is None and pairs:
-                        break
             per_queue: dict[str, int] = {}
             for _, row in pairs:
                 per_queue[row["queue"]] = per_queue.get(row["queue"], 0) + 1
             await admission.charge(conn, verdicts, per_queue)
+    except psycopg.errors.ExclusionViolation:
+        # Refused at COMMIT (REQ-2): a racing transition opened an attempt first; nothing committed.
+        raise Conflict(op="claim_next") from None
     finally:
         await core.pool.putconn(conn)
     claimed, _ = await _claimed(core, pairs, verdicts)
