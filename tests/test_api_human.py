@@ -19,7 +19,7 @@ import pytest
 
 from conftest import make_settings, start_thread_server
 from mcp_support import push, vend
-from switchboard.core import api_tokens, endpoints, hooks, todos
+from switchboard.core import api_tokens, endpoints, hooks, teams, todos
 from switchboard.web.api import OPERATIONS
 from switchboard.web.api.models import ACTION_MODELS
 
@@ -27,12 +27,16 @@ TABLES = ("humans", "human_tokens", "agents", "endpoints", "todos", "todo_attemp
           "notify_hooks", "hook_outbox")
 UNKNOWN = {"slug": "nosuchslug00", "id": "td_00000000-0000-0000-0000-000000000000",
            "hook_id": "00000000-0000-0000-0000-000000000000", "ref": "00000000-0000-0000-0000-000000000000",
-           "key": "retention_max_age_days"}
+           "key": "retention_max_age_days", "team": "nosuchteam00", "human": "nosuchhuman00",
+           "scope": "endpoint:nosuchslug00", "queue": "build"}
 # A body each operation accepts, so a refusal is about the object and not the body.
 GOOD_BODIES = {"todo_push": {"title": "t", "queue": "build"}, "todo_input": {"payload": 1},
                "todo_push_batch": {"todos": [{"title": "t", "queue": "build"}]},
                "hook_add": {"url": "http://127.0.0.1:9/h"}, "endpoint_vend": {"agent": "a"},
-               "settings_set": {"value": 40}}
+               "settings_set": {"value": 40}, "team_create": {"slug": "crew"}, "team_member_add": {"human": "bob"},
+               "team_member_role": {"role": "member"}, "team_grant": {"queue": "build", "endpoint": "nosuchslug00"},
+               "team_ungrant": {"queue": "build", "endpoint": "nosuchslug00"},
+               "team_todo_push": {"title": "t", "queue": "build"}}
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +87,9 @@ async def world(core, base: str):
     bobs_todo = await push(core, other, queue="build")
     bobs_hook, _ = await hooks.add(core, other.human, other.slug, url="http://127.0.0.1:9/h")
     _, bobs_token = await api_tokens.create(core, other.human)
-    foreign = {"slug": other.slug, "id": bobs_todo["id"], "hook_id": bobs_hook["hook_id"], "ref": bobs_token["id"]}
+    bobs_team = await teams.create(core, other.human, "bobs-team")
+    foreign = {"slug": other.slug, "id": bobs_todo["id"], "hook_id": bobs_hook["hook_id"], "ref": bobs_token["id"],
+               "team": bobs_team["slug"], "human": "bob", "scope": f"endpoint:{other.slug}", "queue": "build"}
     return agent, Api(base, write), Api(base, read), other, foreign
 
 

@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
 
 from conftest import make_settings, start_thread_server
 from mcp_support import push, vend
-from switchboard.core import api_tokens, endpoints, hooks, todos
+from switchboard.core import admission, api_tokens, endpoints, hooks, producer, teams, todos
 
 # Schemathesis' own strategies draw with `random` inside; Hypothesis warns about it on every run.
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
@@ -62,8 +62,15 @@ async def seed(core) -> tuple[str, dict[str, list[str]]]:
     hook, _ = await hooks.add(core, agent.human, agent.slug, url="http://127.0.0.1:9/hook")
     token, _ = await api_tokens.create(core, agent.human, scope_name="write")
     _, other = await api_tokens.create(core, agent.human, scope_name="read")
+    # A team with a queue, a todo on it and a policy, so the team and admission routes run past not_found.
+    team = await teams.create(core, agent.human, "crew")
+    await producer.push_team(core, agent.human, "team:crew/build", title="team work")
+    await admission.set_policy(core, agent.human, "team:crew/build", max_in_flight=3)
+    await admission.set_policy(core, agent.human, "build", endpoint=agent.slug, max_claims_per_window=100)
     return token, {"slug": [agent.slug, spare.slug], "id": ids, "hook_id": [hook["hook_id"]],
-                   "ref": [other["id"], other["prefix"]], "key": ["retention_max_age_days"]}
+                   "ref": [other["id"], other["prefix"]], "key": ["retention_max_age_days"],
+                   "team": [team["slug"]], "human": [agent.human.name],
+                   "scope": ["team:crew", f"endpoint:{agent.slug}"], "queue": ["build"]}
 
 
 def with_seeded(strategy, real: dict[str, list[str]]):

@@ -15,20 +15,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..core.inputs import LIST_LIMIT_DEFAULT, OWNER_LIST_LIMIT_MAX
+from ..core.inputs import LIST_LIMIT_DEFAULT, OWNER_LIST_LIMIT_MAX, TEAM_PREFIX
 from ..core.states import TODO_STATES
 from ..relay import cli as relay_cli
 from . import hook as hook_cli
 from . import intake as intake_cli
+from . import queue as queue_cli
 from . import session as session_cli
 from . import sink as sink_cli
+from . import team as team_cli
 from .account import token_app, user_app
 from .backend import backend
 from .common import EXIT_USAGE, emit, fail_usage, read_json_arg, settings, usage_error
 
 HELP = ("Switchboard: a durable work queue for AI agents, spoken over MCP.\n\n"
         "Where commands act: after `switchboard login URL` (or with SWITCHBOARD_URL and SWITCHBOARD_TOKEN set), "
-        "every queue command (endpoint, todo, hook, settings, token, sweep) goes to that server's API "
+        "every queue command (endpoint, todo, team, queue, hook, settings, token, sweep) goes to that server's API "
         "over HTTP, acting as the token's human. Without a URL, commands work on this machine's database as "
         "its operator, acting for the human named by --user or SWITCHBOARD_USER (a local-admin act). "
         "serve, migrate and user always act on this machine's database: they bootstrap a server; "
@@ -44,7 +46,9 @@ app.add_typer(endpoint_app, name="endpoint")
 app.add_typer(todo_app, name="todo")
 app.add_typer(settings_app, name="settings")
 
-# Command groups that live beside their own feature (notify hooks, relay) plug in here.
+# Command groups that live beside their own feature (teams, admission, notify hooks, relay) plug in here.
+app.add_typer(team_cli.app, name="team")
+app.add_typer(queue_cli.app, name="queue")
 app.add_typer(hook_cli.app, name="hook")
 app.add_typer(sink_cli.app, name="sink")
 app.add_typer(intake_cli.app, name="intake")
@@ -136,6 +140,8 @@ def endpoint_vend(agent: str = typer.Option(..., "--agent", help="The agent's na
         typer.echo(f"endpoint {o['slug']} for agent {o['agent']}\n  url:        {o['mcp_url']}\n"
                    f"  credential: {o['credential']}   (shown once)\n  queues:     {', '.join(o['queues'])}\n"
                    f"  verbs:      {', '.join(o['verbs'])}")
+        if o.get("awaiting_grant"):
+            typer.echo(f"  awaiting a grant by a team owner or admin: {', '.join(o['awaiting_grant'])}")
 
     emit(out, as_json, text)
 
@@ -184,9 +190,12 @@ def _todo_line(t: dict) -> str:
 
 
 @todo_app.command("push")
-def todo_push(slug: str = typer.Argument(..., help="The endpoint whose agents will drain it."),
+def todo_push(slug: str | None = typer.Argument(None, metavar="[SLUG]",
+                                                help="The endpoint whose agents will drain it; left out for a "
+                                                     "team queue (--queue team:<team-slug>/<queue>)."),
               title: str | None = typer.Option(None, "--title", help="Required unless --from-file is given."),
-              queue: str | None = typer.Option(None, "--queue", help="Required when the endpoint has several queues."),
+              queue: str | None = typer.Option(None, "--queue", help="Required when the endpoint has several queues; "
+                                                                     "a team queue is team:<team-slug>/<queue>."),
               payload: str | None = typer.Option(None, "--payload", help="JSON, @file or @- for stdin."),
               key: str | None = typer.Option(None, "--key", help="Idempotency key: a live duplicate is returned."),
               max_attempts: int | None = typer.Option(None, "--max-attempts", help="1-100 (default 5)."),
@@ -198,16 +207,26 @@ def todo_push(slug: str = typer.Argument(..., help="The endpoint whose agents wi
                   help="Many todos: a JSON Lines file (- for stdin), one object a line with the fields above; "
                        "all lines are checked before any is pushed, in batches of 1,000."),
               user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
-    """Put a todo on an endpoint's queue (or many, with --from-file)."""
+    """Put a todo on an endpoint's queue (or many, with --from-file), or on a team queue: `todo push
+    --queue team:<team-slug>/<queue> --title T` (any member of the team may)."""
+    if slug is None and (queue is None or not queue.startswith(TEAM_PREFIX) or from_file is not None):
+        fail_usage("name the endpoint (SLUG), or push one todo to a team queue with --queue "
+                   f"{TEAM_PREFIX}<team-slug>/<queue>", argument="slug")
     if from_file is not None:
+        assert slug is not None
         _push_file(slug, from_file, user, as_json, title=title, queue=queue, payload=payload, key=key,
                    max_attempts=max_attempts, assignee=assignee, kind=kind)
         return
     if title is None:
         fail_usage("--title is required (or --from-file)", argument="title")
     body = read_json_arg(payload, "payload")
-    out = backend(user).todo_push(slug, title=title, queue=queue, payload=body, kind=kind, key=key,
-                                  max_attempts=max_attempts, assignee=assignee)
+    if slug is None:
+        assert queue is not None
+        out = backend(user).team_push(queue, title=title, payload=body, kind=kind, key=key,
+                                      max_attempts=max_attempts, assignee=assignee)
+    else:
+        out = backend(user).todo_push(slug, title=title, queue=queue, payload=body, kind=kind, key=key,
+                                      max_attempts=max_attempts, assignee=assignee)
     emit(out, as_json, lambda o: typer.echo(("created " if o["created"] else "exists  ") + _todo_line(o["todo"])))
 
 
@@ -230,13 +249,14 @@ def todo_list(slug: str | None = typer.Argument(None, help="Only this endpoint's
               state: str | None = typer.Option(None, "--state",
                                                help="Only this state: " + ", ".join(TODO_STATES) + "."),
               queue: str | None = typer.Option(None, "--queue"),
+              team: str | None = typer.Option(None, "--team", help="Only this team's todos (its slug)."),
               dead_letter: bool = typer.Option(False, "--dead-letter", help="Only dead letters."),
               limit: int | None = typer.Option(
                   None, "--limit",
                   help=f"At most this many rows (default {LIST_LIMIT_DEFAULT}, at most {OWNER_LIST_LIMIT_MAX})."),
               user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
-    """List todos, newest first."""
-    out = backend(user).todo_list(slug, state=state, queue=queue, dead_letter=dead_letter, limit=limit)
+    """List the todos of your endpoints and of your teams, newest first."""
+    out = backend(user).todo_list(slug, state=state, queue=queue, dead_letter=dead_letter, limit=limit, team=team)
     emit(out, as_json, _print_todos)
 
 
@@ -249,7 +269,8 @@ def _print_todos(o: dict) -> None:
 
 def _show_text(t: dict) -> None:
     typer.echo(_todo_line(t))
-    typer.echo(f"  endpoint {t.get('endpoint')}  attempts {t['attempts_total']} (pruned {t['attempts_pruned']})")
+    owner = f"team {t['team']}" if t.get("team") else f"endpoint {t.get('endpoint')}"
+    typer.echo(f"  {owner}  attempts {t['attempts_total']} (pruned {t['attempts_pruned']})")
     if t.get("lease_expires_at"):
         typer.echo(f"  lease until {t['lease_expires_at']} held by {t.get('owner')}")
     if t.get("next_retry_at"):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import remote
-from .common import fail, fail_usage, human, run, settings
+from .common import EXIT_REFUSED, fail, fail_usage, human, run, settings
 
 
 def backend(user: str | None = None) -> Local | Remote:
@@ -28,7 +28,7 @@ def backend(user: str | None = None) -> Local | Remote:
 
 
 # The documented `--json` shapes where the API answers more than the command prints.
-VENDED = ("endpoint_id", "slug", "agent", "queues", "verbs", "mcp_url", "credential")
+VENDED = ("endpoint_id", "slug", "agent", "queues", "verbs", "mcp_url", "credential", "awaiting_grant")
 TOKEN_ROW = ("id", "prefix", "created_at", "revoked_at")
 
 
@@ -42,6 +42,44 @@ def _without(obj: dict, *keys: str) -> dict:
 
 def _given(**fields: Any) -> dict:
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def _checked(check: Callable[[], Any]) -> Any:
+    """A check of the core's run on this side of the wire (a refusal is the command's own, exit 1),
+    so that a remote command refuses what the local one refuses, with the same words."""
+    from ..core.errors import CoreError
+
+    try:
+        return check()
+    except CoreError as exc:
+        fail(exc.code, exc.message, EXIT_REFUSED, argument=exc.argument, line=f"{exc.code}: {exc.message}")
+
+
+def admission_scope(queue: str, endpoint: str | None) -> tuple[str, str]:
+    """Where the human API names a queue identity: (`team:<team-slug>`, queue name) for a team queue's
+    label, (`endpoint:<slug>`, queue) for an endpoint's queue; refused as the core refuses it."""
+    from ..core import inputs
+    from ..core.errors import Invalid
+
+    def check() -> tuple[str, str]:
+        label = inputs.queue(queue)
+        if inputs.is_team_label(label):
+            team, name = inputs.team_label(label)
+            return f"team:{team}", name
+        if endpoint is None:
+            raise Invalid("an endpoint's queue needs the endpoint (its slug); a team queue is team:<slug>/<queue>",
+                          argument="endpoint")
+        return f"endpoint:{endpoint}", label
+
+    return _checked(check)
+
+
+def _window(window: dict) -> Any:
+    """The core's window from the command's flags (hour, UTC, 00:00 when left out)."""
+    from ..core import admission
+
+    return admission.window(window.get("period") or "hour", window.get("tz") or "UTC",
+                            window.get("start") or "00:00", window.get("weekday"))
 
 
 class Local:
@@ -66,8 +104,11 @@ class Local:
                                         verbs=verbs, lease_ttl=lease_ttl)
 
         ep, credential = run(work)
-        return {"endpoint_id": ep["endpoint_id"], "slug": ep["slug"], "agent": ep["agent"], "queues": ep["queues"],
-                "verbs": ep["verbs"], "mcp_url": self._mcp_url(ep["slug"]), "credential": credential}
+        out = {"endpoint_id": ep["endpoint_id"], "slug": ep["slug"], "agent": ep["agent"], "queues": ep["queues"],
+               "verbs": ep["verbs"], "mcp_url": self._mcp_url(ep["slug"]), "credential": credential}
+        if "awaiting_grant" in ep:  # team queues a member named wait for an owner's or admin's grant
+            out["awaiting_grant"] = ep["awaiting_grant"]
+        return out
 
     def endpoint_list(self) -> dict:
         from ..core import endpoints
@@ -117,18 +158,119 @@ class Local:
         return run(work)
 
     def todo_list(self, slug: str | None, *, state: str | None, queue: str | None, dead_letter: bool,
-                  limit: int | None) -> dict:
-        from ..core import todos
+                  limit: int | None, team: str | None = None) -> dict:
+        from ..core import teams, todos
         from ..core.endpoints import get_for_human
 
         async def work(core):
             h = await human(core, self.user)
             if slug:
                 await get_for_human(core, h, slug)
+            if team:
+                await teams.membership(core, h, team)  # outside the human's teams: not_found
             return await todos.list_for_human(core, h, endpoint=slug, queue=queue, state=state,
-                                              dead_letter=dead_letter, limit=limit)
+                                              dead_letter=dead_letter, limit=limit, team=team)
 
         return {"todos": run(work)}
+
+    def team_push(self, queue: str, **fields: Any) -> dict:
+        from ..core import producer
+
+        async def work(core):
+            return await producer.push_team(core, await human(core, self.user), queue, **fields)
+
+        todo, created = run(work)
+        return {"todo": todo, "created": created}
+
+    # teams
+    def _team(self, call: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        async def work(core):
+            return await call(core, await human(core, self.user), *args, **kw)
+
+        return run(work)
+
+    def team_create(self, slug: str, *, name: str | None) -> dict:
+        from ..core import teams
+
+        return {"team": self._team(teams.create, slug, name)}
+
+    def team_list(self) -> dict:
+        from ..core import teams
+
+        return {"teams": self._team(teams.list_for_human)}
+
+    def team_show(self, slug: str) -> dict:
+        from ..core import teams
+
+        return {"team": self._team(teams.show, slug)}
+
+    def team_add(self, slug: str, name: str, *, role: str | None) -> dict:
+        from ..core import teams
+
+        return self._team(teams.add_member, slug, name, "member" if role is None else role)
+
+    def team_remove(self, slug: str, name: str) -> dict:
+        from ..core import teams
+
+        return self._team(teams.remove_member, slug, name)
+
+    def team_role(self, slug: str, name: str, role: str) -> dict:
+        from ..core import teams
+
+        return self._team(teams.set_role, slug, name, role)
+
+    def team_leave(self, slug: str) -> dict:
+        from ..core import teams
+
+        return self._team(teams.leave, slug)
+
+    def team_delete(self, slug: str) -> dict:
+        from ..core import teams
+
+        return self._team(teams.delete, slug)
+
+    def team_grant(self, slug: str, queue: str, endpoint: str) -> dict:
+        from ..core import teams
+
+        return self._team(teams.grant, slug, queue, endpoint)
+
+    def team_ungrant(self, slug: str, queue: str, endpoint: str) -> dict:
+        from ..core import teams
+
+        return self._team(teams.ungrant, slug, queue, endpoint)
+
+    # admission policies
+    def policy_set(self, queue: str, endpoint: str | None, *, max_in_flight: int | None,
+                   max_claims_per_window: int | None, window: dict) -> dict:
+        from ..core import admission
+
+        async def work(core):
+            return await admission.set_policy(core, await human(core, self.user), queue, endpoint=endpoint,
+                                              max_in_flight=max_in_flight,
+                                              max_claims_per_window=max_claims_per_window,
+                                              window_spec=_window(window))
+
+        return {"policy": run(work)}
+
+    def policy_show(self, queue: str, endpoint: str | None) -> dict:
+        from ..core import admission
+
+        return {"policy": self._team(admission.show, queue, endpoint=endpoint)}
+
+    def policy_clear(self, queue: str, endpoint: str | None) -> dict:
+        from ..core import admission
+
+        return self._team(admission.clear, queue, endpoint=endpoint)
+
+    def policy_list(self) -> dict:
+        from ..core import admission
+
+        return {"policies": self._team(admission.list_for_human)}
+
+    def queue_pause(self, queue: str, endpoint: str | None, *, paused: bool) -> dict:
+        from ..core import admission
+
+        return {"policy": self._team(admission.set_paused, queue, paused, endpoint=endpoint)}
 
     def todo_show(self, todo_id: str) -> dict:
         from ..core import todos
@@ -277,13 +419,75 @@ class Remote:
         return [self.api.post(f"/endpoints/{remote.seg(slug)}/todos:batch", {"todos": batch}) for batch in batches]
 
     def todo_list(self, slug: str | None, *, state: str | None, queue: str | None, dead_letter: bool,
-                  limit: int | None) -> dict:
+                  limit: int | None, team: str | None = None) -> dict:
         params = _given(state=state, queue=queue, limit=limit, dead_letter=True if dead_letter else None)
+        if team:
+            params["team"] = team
         if slug:
             out = self.api.get(f"/endpoints/{remote.seg(slug)}/todos", **params)
         else:
             out = self.api.get("/todos", **params)
         return {"todos": out["todos"]}
+
+    def team_push(self, queue: str, **fields: Any) -> dict:
+        from ..core import inputs
+
+        team, _ = _checked(lambda: inputs.team_label(inputs.queue(queue)))
+        return self.api.post(f"/teams/{remote.seg(team)}/todos", _given(queue=queue, **fields))
+
+    # teams
+    def team_create(self, slug: str, *, name: str | None) -> dict:
+        return self.api.post("/teams", _given(slug=slug, name=name))
+
+    def team_list(self) -> dict:
+        return self.api.get("/teams")
+
+    def team_show(self, slug: str) -> dict:
+        return self.api.get(f"/teams/{remote.seg(slug)}")
+
+    def team_add(self, slug: str, name: str, *, role: str | None) -> dict:
+        return self.api.post(f"/teams/{remote.seg(slug)}/members", _given(human=name, role=role))
+
+    def team_remove(self, slug: str, name: str) -> dict:
+        return self.api.delete(f"/teams/{remote.seg(slug)}/members/{remote.seg(name)}")
+
+    def team_role(self, slug: str, name: str, role: str) -> dict:
+        return self.api.call("PATCH", f"/teams/{remote.seg(slug)}/members/{remote.seg(name)}", body={"role": role})
+
+    def team_leave(self, slug: str) -> dict:
+        return self.api.post(f"/teams/{remote.seg(slug)}/leave")
+
+    def team_delete(self, slug: str) -> dict:
+        return self.api.delete(f"/teams/{remote.seg(slug)}")
+
+    def team_grant(self, slug: str, queue: str, endpoint: str) -> dict:
+        return self.api.post(f"/teams/{remote.seg(slug)}/grants", {"queue": queue, "endpoint": endpoint})
+
+    def team_ungrant(self, slug: str, queue: str, endpoint: str) -> dict:
+        return self.api.delete(f"/teams/{remote.seg(slug)}/grants", {"queue": queue, "endpoint": endpoint})
+
+    # admission policies
+    def _policy_path(self, queue: str, endpoint: str | None) -> str:
+        scope, name = admission_scope(queue, endpoint)
+        return f"/admission/{remote.seg(scope)}/{remote.seg(name)}"
+
+    def policy_set(self, queue: str, endpoint: str | None, *, max_in_flight: int | None,
+                   max_claims_per_window: int | None, window: dict) -> dict:
+        path = self._policy_path(queue, endpoint)
+        return self.api.put(path, {"max_in_flight": max_in_flight, "max_claims_per_window": max_claims_per_window,
+                                   "window": _given(**window)})
+
+    def policy_show(self, queue: str, endpoint: str | None) -> dict:
+        return self.api.get(self._policy_path(queue, endpoint))
+
+    def policy_clear(self, queue: str, endpoint: str | None) -> dict:
+        return self.api.delete(self._policy_path(queue, endpoint))
+
+    def policy_list(self) -> dict:
+        return self.api.get("/admission")
+
+    def queue_pause(self, queue: str, endpoint: str | None, *, paused: bool) -> dict:
+        return self.api.post(self._policy_path(queue, endpoint) + ("/pause" if paused else "/resume"))
 
     def todo_show(self, todo_id: str) -> dict:
         return self.api.get(f"/todos/{remote.seg(todo_id)}")["todo"]

@@ -147,8 +147,8 @@ class Client:
     def put(self, path: str, body: dict) -> Any:
         return self.call("PUT", path, body=body)
 
-    def delete(self, path: str) -> Any:
-        return self.call("DELETE", path)
+    def delete(self, path: str, body: dict | None = None) -> Any:
+        return self.call("DELETE", path, body=body)
 
 
 def unreachable(url: str, why: str) -> NoReturn:

@@ -30,8 +30,10 @@ from ...core.errors import CoreError, Invalid
 log = logging.getLogger("switchboard.api")
 
 MAX_BODY_BYTES = REQUEST_BODY_MAX_BYTES
+# `deferred`: admission control refuses an owner's claim on a queue for now (the body says why and
+# until when), a state of the queue as `conflict` is a state of the todo.
 STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404, "conflict": 409,
-          "too_large": 413, "rate_limited": 429, "unavailable": 503, "internal": 500}
+          "deferred": 409, "too_large": 413, "rate_limited": 429, "unavailable": 503, "internal": 500}
 UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="switchboard"'}
 RETRY_UNAVAILABLE_SECONDS = 1
 LIMITER_MAX_KEYS = 10_000

@@ -10,11 +10,11 @@ and friends) return; those shapes are the CLI's `--json` output too.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, create_model
+from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema, create_model
 
-from ...core import actions, api_tokens, hooks, inputs
+from ...core import actions, admission, api_tokens, hooks, inputs, teams
 from ...core.models import VERBS
 from ...core.states import TODO_STATES
 
@@ -29,7 +29,9 @@ else:
     HookEvent = Literal[tuple(hooks.EVENTS)]
     Verb = Literal[tuple(VERBS)]
 Scope = Literal["read", "write"]
+TeamRole = Literal["owner", "admin", "member"]
 QUEUE_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{inputs.QUEUE_MAX_CHARS - 1}}}$"
+TEAM_SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,31}$"
 
 
 class Request(BaseModel):
@@ -50,9 +52,14 @@ class Reply(BaseModel):
 
 class ErrorDetail(Reply):
     code: str = Field(description="invalid, unauthorized, forbidden, not_found, method_not_allowed, conflict, "
-                                  "too_large, rate_limited, unavailable or internal.")
+                                  "deferred, too_large, rate_limited, unavailable or internal.")
     message: str
     argument: str | None = Field(None, description="The field, parameter or header that was wrong.")
+    queue: str | None = Field(None, description="`deferred`: the queue admission control defers.")
+    reason: str | None = Field(None, description="`deferred`: window_exhausted, in_flight_full, paused or "
+                                                 "admission_unavailable.")
+    next_eligible_at: str | None = Field(None, description="`deferred`: when the queue may admit a claim again "
+                                                           "(null when no moment is known).")
 
 
 class ErrorReply(Reply):
@@ -107,7 +114,8 @@ class Todo(Reply):
     dead_letter: bool
     created_at: str | None = None
     payload_size: int | None = None
-    endpoint: str | None = Field(None, description="The endpoint's slug.")
+    endpoint: str | None = Field(None, description="The endpoint's slug (null for a team's todo).")
+    team: str | None = Field(None, description="The team's slug, for a todo on a team queue.")
     updated_at: str | None = None
     payload: Json = None
     input_request: Json = None
@@ -176,6 +184,8 @@ class TodoListQuery(Query):
 
 class AllTodosQuery(TodoListQuery):
     endpoint: str | None = Field(None, description="Only this endpoint's todos (its slug).")
+    team: str | None = Field(None, description="Only this team's todos (its slug); a team you are not a member "
+                                               "of is not_found.")
 
 
 class TodoShowQuery(Query):
@@ -256,6 +266,9 @@ class Vended(Reply):
     mcp_url: str
     credential: str
     expires_at: str | None
+    awaiting_grant: list[str] | None = Field(
+        None, description="Team queues named in `queues` that wait for a team owner's or admin's grant (a "
+                          "plain member's vend); present when team queues were named.")
 
 
 # ------------------------------------------------------------------------------------------ hooks
@@ -396,3 +409,190 @@ class Me(Reply):
     user: str
     admin: bool
     token: Token
+
+
+# ------------------------------------------------------------------------------------------ teams
+
+class TeamRequest(Request):
+    slug: str = Field(pattern=TEAM_SLUG_PATTERN, description="1-32 lower-case letters, digits or -, starting "
+                                                                "with a letter or digit; unique on the server.")
+    name: str | None = Field(None, max_length=teams.NAME_MAX_CHARS, description="A display name (default: the slug).")
+
+
+class TeamSummary(Reply):
+    slug: str
+    name: str
+    created_at: str
+    role: TeamRole | None = Field(None, description="Your role in the team.")
+    members: int | None = Field(None, description="How many members it has (in a list).")
+
+
+class TeamCreated(Reply):
+    team: TeamSummary
+
+
+class TeamList(Reply):
+    teams: list[TeamSummary]
+
+
+class TeamMember(Reply):
+    name: str
+    role: TeamRole
+    added_at: str
+
+
+class TeamQueue(Reply):
+    """A team queue's live todos by state (a granted queue with none yet counts zeros)."""
+
+    queue: str = Field(description="The label team:<team-slug>/<queue>.")
+    pending: int
+    in_flight: int
+    parked: int = Field(description="Failed with a retry scheduled.")
+    dead: int = Field(description="Dead letters.")
+
+
+class TeamGrant(Reply):
+    queue: str
+    endpoint: str = Field(description="The endpoint's slug.")
+    agent: str
+    human: str = Field(description="The member whose endpoint it is.")
+    granted_at: str
+    reaches: bool = Field(description="Whether the endpoint reaches the queue now (its human a member, it active).")
+
+
+class TeamDetail(Reply):
+    slug: str
+    name: str
+    created_at: str
+    role: TeamRole = Field(description="Your role in the team.")
+    members: list[TeamMember]
+    queues: list[TeamQueue]
+    grants: list[TeamGrant]
+
+
+class TeamReply(Reply):
+    team: TeamDetail
+
+
+class MemberRequest(Request):
+    role: TeamRole | None = Field(None, description="Default member; only an owner adds an owner.")
+    human: str = Field(min_length=1, max_length=inputs.ID_MAX_CHARS, description="The human's user name.")
+
+
+class RoleRequest(Request):
+    role: TeamRole = Field(description="Making or unmaking an owner takes an owner; the last owner stays.")
+
+
+class Membership(Reply):
+    team: str
+    human: str
+    role: TeamRole
+
+
+class MemberRemoved(Reply):
+    team: str
+    human: str
+    removed: bool
+    leases_handed_back: int = Field(description="Team todos their endpoints held, back on the queue.")
+
+
+class TeamLeft(Reply):
+    team: str
+    left: bool
+    leases_handed_back: int = Field(description="Team todos your endpoints held, back on the queue.")
+
+
+class TeamDeleted(Reply):
+    team: str
+    deleted: bool
+
+
+class GrantRequest(Request):
+    queue: str = Field(min_length=1, max_length=5 + 32 + 1 + inputs.QUEUE_MAX_CHARS,
+                       description="The team queue: its name, or its label team:<team-slug>/<queue>.")
+    endpoint: str = Field(min_length=1, max_length=inputs.ID_MAX_CHARS,
+                          description="The endpoint's slug (a member's endpoint).")
+
+
+class Granted(Reply):
+    team: str
+    queue: str = Field(description="The label team:<team-slug>/<queue>.")
+    endpoint: str
+    granted: bool
+    leases_handed_back: int | None = Field(None, description="On a take-back: the todos it held there, back on "
+                                                             "the queue.")
+
+
+class TeamPushRequest(PushRequest):
+    queue: str = Field(description="The team queue: its name, or its label team:<team-slug>/<queue> of this team.")
+
+
+# -------------------------------------------------------------------------------------- admission
+
+# The window's fields are checked by the core, which names a bad one `window.<field>`; the document
+# describes them.
+WindowPeriod = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string", "enum": list(admission.PERIODS)},
+                                                        {"type": "null"}]})]
+WindowTz = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1, "maxLength": 64},
+                                                    {"type": "null"}]})]
+WindowStart = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string", "pattern": r"^\d\d:\d\d$"},
+                                                       {"type": "null"}]})]
+WindowWeekday = Annotated[Any, WithJsonSchema({"anyOf": [{"type": "string", "enum": list(admission.WEEKDAYS)},
+                                                         {"type": "null"}]})]
+
+
+class WindowRequest(Request):
+    """The window of `max_claims_per_window`; a field left out takes its default."""
+
+    period: WindowPeriod = Field(None, description="hour, day or week (default hour).")
+    tz: WindowTz = Field(None, description="An IANA time zone such as Europe/Paris (default UTC).")
+    start: WindowStart = Field(None, description="When a window starts, HH:MM from 00:00 to 23:59 (default 00:00).")
+    weekday: WindowWeekday = Field(None, description="The day a weekly window starts (mon..sun); weekly windows "
+                                                     "only.")
+
+
+class PolicyRequest(Request):
+    max_in_flight: int | None = Field(None, ge=0, le=admission.MAX_IN_FLIGHT_MAX,
+                                      description="Leases in flight at most; 0 pauses; null or left out: no limit.")
+    max_claims_per_window: int | None = Field(None, ge=0, le=admission.MAX_CLAIMS_MAX,
+                                              description="Claims per window at most; 0 pauses; null or left "
+                                                          "out: no limit.")
+    window: WindowRequest | None = Field(None, description="The window (default: an hour from 00:00 UTC).")
+    paused: bool | None = Field(None, description="Pause or resume; left out: as it was.")
+
+
+class Window(Reply):
+    period: str
+    tz: str
+    start: str
+    weekday: str | None
+
+
+class Policy(Reply):
+    """A queue's admission policy with its usage now."""
+
+    queue: str = Field(description="The queue, or a team queue's label team:<team-slug>/<queue>.")
+    endpoint: str | None = Field(description="The endpoint's slug for an endpoint's queue; null for a team queue.")
+    max_in_flight: int | None
+    in_flight: int
+    max_claims_per_window: int | None
+    used: int = Field(description="Claims charged in the current window.")
+    remaining: int | None
+    window: Window
+    window_resets_at: str | None
+    paused: bool
+    status: str = Field(description="open, paused, window_exhausted or in_flight_full.")
+    pending: int
+
+
+class PolicyReply(Reply):
+    policy: Policy
+
+
+class PolicyList(Reply):
+    policies: list[Policy]
+
+
+class PolicyCleared(Reply):
+    queue: str
+    cleared: bool

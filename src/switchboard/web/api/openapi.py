@@ -28,14 +28,21 @@ ID_PATTERN = r"^[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{0,63}$"
 _PARAM = re.compile(r"\{(\w+)\}")
 PATH_HELP = {
     "slug": "The endpoint's slug.", "id": "The todo's id.", "hook_id": "The notify hook's id.",
-    "ref": "The token's id or display prefix.", "key": "The setting's name.",
+    "ref": "The token's id or display prefix.", "key": "The setting's name.", "team": "The team's slug.",
+    "human": "A member's user name.",
+    "scope": "Whose queue: `endpoint:<endpoint-slug>` or `team:<team-slug>`.",
+    "queue": "The queue's name (a team queue's name without the `team:<team-slug>/` of its label).",
 }
+# Path parameters with a narrower form than an id.
+PATH_PATTERN = {"scope": r"^(endpoint|team):[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{0,63}$", "queue": m.QUEUE_PATTERN}
 ERRORS = {
     400: "Bad input (`invalid`): the field, parameter or header is named in `argument`; nothing changed.",
     401: "No valid API token (`unauthorized`).",
-    403: "The token is read-only and this is a write, or the route is for admins (`forbidden`).",
+    403: "The token is read-only and this is a write, the route is for admins, or your team role does not "
+         "allow it (`forbidden`).",
     404: "No such object, or it is another human's: the same body either way (`not_found`).",
-    409: "Not in a state this applies to (`conflict`).",
+    409: "Not in a state this applies to (`conflict`), or admission control defers claims on the todo's "
+         "queue for now (`deferred`, with `queue`, `reason` and `next_eligible_at`).",
     413: f"The body is over {MAX_BODY_BYTES} bytes (`too_large`).",
     429: "This token's rate limit (`rate_limited`); retry after `Retry-After` seconds.",
     503: "The database did not answer in time (`unavailable`); retry after `Retry-After` seconds. The call "
@@ -44,6 +51,10 @@ ERRORS = {
 TAGS = [
     ("endpoints", "Agents' MCP endpoints: vend (the credential shown once), list, show, revoke."),
     ("todos", "Push, list, show and act on todos as their owner (the owner-action table)."),
+    ("teams", "Teams of humans: members with roles, team queues (`team:<team-slug>/<queue>`) granted to "
+              "members' endpoints, and pushes to them."),
+    ("admission", "Admission control per queue: limits on leases in flight and claims per window, and a "
+                  "pause switch."),
     ("hooks", "Notify hooks: signed webhooks of an endpoint's todo events."),
     ("settings", "Operator settings kept in the database, and a sweep on demand (admins only)."),
     ("tokens", "Your own API tokens, with a scope and an expiry."),
@@ -64,7 +75,7 @@ def _models(ops: list[Operation]) -> tuple[list[tuple[type[BaseModel], JsonSchem
 
 def _parameters(op: Operation) -> list[dict]:
     params = [{"name": name, "in": "path", "required": True, "description": PATH_HELP.get(name, name),
-               "schema": {"type": "string", "pattern": ID_PATTERN}}
+               "schema": {"type": "string", "pattern": PATH_PATTERN.get(name, ID_PATTERN)}}
               for name in _PARAM.findall(op.path)]
     if op.query is not None:
         schema = op.query.model_json_schema(ref_template=REF)
@@ -129,8 +140,8 @@ def build(ops: list[Operation] | None = None) -> dict:
     return {
         "openapi": "3.1.0",
         "info": {"title": "Switchboard human API", "version": __version__,
-                 "description": "Act on your endpoints, todos, hooks and tokens as yourself (`docs/api.md`). "
-                                "Every route takes an API token: `Authorization: Bearer sbh_…`."},
+                 "description": "Act on your endpoints, todos, teams, queues, hooks and tokens as yourself "
+                                "(`docs/api.md`). Every route takes an API token: `Authorization: Bearer sbh_…`."},
         "servers": [{"url": "/"}],
         "tags": [{"name": n, "description": d} for n, d in TAGS],
         "security": [{"bearer": []}],

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from ...core import (
     actions,
+    admission,
     api_tokens,
     endpoint_terms,
     endpoints,
@@ -26,6 +27,7 @@ from ...core import (
     producer,
     settings_store,
     sweeps,
+    teams,
     todos,
 )
 from ...core.api_tokens import TokenCaller
@@ -126,6 +128,8 @@ async def vend(call: Call) -> Response:
     out = {"endpoint_id": ep["endpoint_id"], "slug": ep["slug"], "agent": ep["agent"], "queues": ep["queues"],
            "verbs": ep["verbs"], "mcp_url": _mcp_url(call, ep["slug"]), "credential": credential,
            "expires_at": ep["expires_at"]}
+    if "awaiting_grant" in ep:  # team queues a plain member named wait for an owner's or admin's grant
+        out["awaiting_grant"] = ep["awaiting_grant"]
     return json_reply(out, 201, secret=True)
 
 
@@ -151,7 +155,8 @@ async def revoke_endpoint(call: Call) -> Response:
 
 # ------------------------------------------------------------------------------------------ todos
 
-async def push_todo(call: Call) -> Response:
+def _push_fields(call: Call) -> dict[str, Any]:
+    """The push body's fields, with the `Idempotency-Key` header as the todo's key."""
     f = call.fields()
     header = call.request.headers.get(IDEMPOTENCY_HEADER)
     if header is not None:
@@ -160,6 +165,11 @@ async def push_todo(call: Call) -> Response:
             raise Invalid(f"the body's key and the {IDEMPOTENCY_HEADER} header differ; send one of them",
                           argument=IDEMPOTENCY_HEADER)
         f["key"] = key
+    return f
+
+
+async def push_todo(call: Call) -> Response:
+    f = _push_fields(call)
     todo, created = await producer.push(call.core, call.human, call.path("slug"), source="api", **f)
     return json_reply({"todo": todo, "created": created}, 201 if created else 200)
 
@@ -173,15 +183,17 @@ async def push_todos(call: Call) -> Response:
     return json_reply(reply, 201 if reply["created"] else 200)
 
 
-async def _list(call: Call, slug: str | None) -> Response:
+async def _list(call: Call, slug: str | None, team: str | None = None) -> Response:
     q = call.query
     assert isinstance(q, m.TodoListQuery)
     if slug is not None:
         await endpoints.get_for_human(call.core, call.human, slug)  # another human's slug is not_found
+    if team is not None:
+        await teams.membership(call.core, call.human, team)  # a team they are not in is not_found
     limit = inputs.count(q.limit, "limit", default=inputs.LIST_LIMIT_DEFAULT, low=1, high=inputs.OWNER_LIST_LIMIT_MAX)
     offset = q.offset or 0
     rows = await todos.list_for_human(call.core, call.human, endpoint=slug, queue=q.queue, state=q.state,
-                                      dead_letter=q.dead_letter, limit=limit, offset=offset)
+                                      dead_letter=q.dead_letter, limit=limit, offset=offset, team=team)
     more = len(rows) == limit and offset + limit <= inputs.OFFSET_MAX
     return json_reply({"todos": rows, "next_offset": offset + limit if more else None})
 
@@ -192,7 +204,7 @@ async def list_endpoint_todos(call: Call) -> Response:
 
 async def list_todos(call: Call) -> Response:
     assert isinstance(call.query, m.AllTodosQuery)
-    return await _list(call, call.query.endpoint)
+    return await _list(call, call.query.endpoint, call.query.team)
 
 
 async def show_todo(call: Call) -> Response:
@@ -238,6 +250,136 @@ async def hook_deliveries(call: Call) -> Response:
     rows = await hooks.deliveries(call.core, call.human, slug=call.path("slug"), hook_id=call.query.hook_id,
                                   limit=call.query.limit, with_attempts=True)
     return json_reply({"deliveries": rows})
+
+
+# ------------------------------------------------------------------------------------------ teams
+
+async def create_team(call: Call) -> Response:
+    f = call.fields()
+    return json_reply({"team": await teams.create(call.core, call.human, f.get("slug"), f.get("name"))}, 201)
+
+
+async def list_teams(call: Call) -> Response:
+    return json_reply({"teams": await teams.list_for_human(call.core, call.human)})
+
+
+async def show_team(call: Call) -> Response:
+    return json_reply({"team": await teams.show(call.core, call.human, call.path("team"))})
+
+
+async def delete_team(call: Call) -> Response:
+    return json_reply(await teams.delete(call.core, call.human, call.path("team")))
+
+
+async def add_member(call: Call) -> Response:
+    f = call.fields()
+    out = await teams.add_member(call.core, call.human, call.path("team"), f.get("human"),
+                                 f.get("role") or "member")
+    return json_reply(out, 201)
+
+
+async def change_member(call: Call) -> Response:
+    assert isinstance(call.body, m.RoleRequest)
+    return json_reply(await teams.set_role(call.core, call.human, call.path("team"), call.path("human"),
+                                           call.body.role))
+
+
+async def remove_member(call: Call) -> Response:
+    return json_reply(await teams.remove_member(call.core, call.human, call.path("team"), call.path("human")))
+
+
+async def leave_team(call: Call) -> Response:
+    return json_reply(await teams.leave(call.core, call.human, call.path("team")))
+
+
+async def grant_queue(call: Call) -> Response:
+    assert isinstance(call.body, m.GrantRequest)
+    return json_reply(await teams.grant(call.core, call.human, call.path("team"), call.body.queue,
+                                        call.body.endpoint))
+
+
+async def ungrant_queue(call: Call) -> Response:
+    assert isinstance(call.body, m.GrantRequest)
+    return json_reply(await teams.ungrant(call.core, call.human, call.path("team"), call.body.queue,
+                                          call.body.endpoint))
+
+
+def team_queue_label(team: str, queue: object) -> str:
+    """A team queue named by its bare name or by its label, as the label of `team`."""
+    if isinstance(queue, str) and inputs.is_team_label(queue):
+        slug, _ = inputs.team_label(queue)
+        if slug != team:
+            raise Invalid(f"queue {queue} is not a queue of team {team}", argument="queue")
+        return queue
+    return f"{inputs.TEAM_PREFIX}{team}/{inputs.queue(queue)}"
+
+
+async def push_team_todo(call: Call) -> Response:
+    f = _push_fields(call)
+    team = (await teams.membership(call.core, call.human, call.path("team")))["slug"]  # outside: not_found
+    label = team_queue_label(team, f.pop("queue", None))
+    todo, created = await producer.push_team(call.core, call.human, label, source="api", **f)
+    return json_reply({"todo": todo, "created": created}, 201 if created else 200)
+
+
+# -------------------------------------------------------------------------------------- admission
+
+SCOPES = ("endpoint", "team")
+
+
+def _queue_identity(call: Call) -> tuple[str, str | None]:
+    """The queue and endpoint of `/admission/{scope}/{queue}`: `endpoint:<slug>` names an endpoint's
+    queue, `team:<team-slug>` a team queue (its label `team:<team-slug>/<queue>`)."""
+    kind, sep, name = call.path("scope").partition(":")
+    if not sep or kind not in SCOPES or not name:
+        raise Invalid("scope is endpoint:<endpoint-slug> or team:<team-slug>", argument="scope")
+    queue = call.path("queue")
+    if kind == "team":
+        inputs.team_slug(name, "scope")
+        return f"{inputs.TEAM_PREFIX}{name}/{inputs.queue(queue)}", None
+    return queue, name
+
+
+def _window(body: m.PolicyRequest) -> admission.Window:
+    w = body.window
+    if w is None:
+        return admission.window()
+    return admission.window("hour" if w.period is None else w.period, "UTC" if w.tz is None else w.tz,
+                            "00:00" if w.start is None else w.start, w.weekday)
+
+
+async def list_policies(call: Call) -> Response:
+    return json_reply({"policies": await admission.list_for_human(call.core, call.human)})
+
+
+async def show_policy(call: Call) -> Response:
+    queue, endpoint = _queue_identity(call)
+    return json_reply({"policy": await admission.show(call.core, call.human, queue, endpoint=endpoint)})
+
+
+async def set_policy(call: Call) -> Response:
+    body = call.body
+    assert isinstance(body, m.PolicyRequest)
+    queue, endpoint = _queue_identity(call)
+    policy = await admission.set_policy(call.core, call.human, queue, endpoint=endpoint,
+                                        max_in_flight=body.max_in_flight,
+                                        max_claims_per_window=body.max_claims_per_window,
+                                        window_spec=_window(body), paused=body.paused)
+    return json_reply({"policy": policy})
+
+
+async def clear_policy(call: Call) -> Response:
+    queue, endpoint = _queue_identity(call)
+    return json_reply(await admission.clear(call.core, call.human, queue, endpoint=endpoint))
+
+
+def _pause(paused: bool) -> Run:
+    async def run(call: Call) -> Response:
+        queue, endpoint = _queue_identity(call)
+        return json_reply({"policy": await admission.set_paused(call.core, call.human, queue, paused,
+                                                                endpoint=endpoint)})
+
+    return run
 
 
 # --------------------------------------------------------------------------------------- settings
@@ -351,6 +493,67 @@ OPERATIONS: list[Operation] = [
               description="Newest first, each with its attempts."),
     Operation("DELETE", "/api/v1/endpoints/{slug}/hooks/{hook_id}", "hook_remove", "hooks", "Remove a notify hook",
               remove_hook, m.HookRemoved, description="With its pending notifications."),
+    # teams
+    Operation("POST", "/api/v1/teams", "team_create", "teams", "Create a team", create_team, m.TeamCreated,
+              status=201, body=m.TeamRequest,
+              description="You are its first owner (`switchboard team create`). A slug in use is a conflict (409)."),
+    Operation("GET", "/api/v1/teams", "team_list", "teams", "List your teams", list_teams, m.TeamList,
+              description="The teams you belong to, with your role and their member counts."),
+    Operation("GET", "/api/v1/teams/{team}", "team_show", "teams", "Show a team", show_team, m.TeamReply,
+              description="Members and roles, the team's queues with counts, and their grants. A team you are not "
+                          "a member of is 404, the same body as one that does not exist."),
+    Operation("DELETE", "/api/v1/teams/{team}", "team_delete", "teams", "Delete a team", delete_team,
+              m.TeamDeleted, description="Owners only: its todos, their attempts, grants and policies go with it."),
+    Operation("POST", "/api/v1/teams/{team}/members", "team_member_add", "teams", "Add a member", add_member,
+              m.Membership, status=201, body=m.MemberRequest,
+              description="Owners and admins (an owner only by an owner). Already a member: conflict (409)."),
+    Operation("PATCH", "/api/v1/teams/{team}/members/{human}", "team_member_role", "teams",
+              "Change a member's role", change_member, m.Membership, body=m.RoleRequest,
+              description="Owners and admins; making or unmaking an owner takes an owner, and the last owner "
+                          "stays (409)."),
+    Operation("DELETE", "/api/v1/teams/{team}/members/{human}", "team_member_remove", "teams", "Remove a member",
+              remove_member, m.MemberRemoved,
+              description="Owners and admins (an owner only by an owner; the last owner stays, 409). Their endpoints "
+                          "lose the team's queues at once, and the team todos they hold go back to the queue."),
+    Operation("POST", "/api/v1/teams/{team}/leave", "team_leave", "teams", "Leave a team", leave_team, m.TeamLeft,
+              description="The team todos your endpoints hold go back to the queue. The last owner cannot leave "
+                          "(409)."),
+    Operation("POST", "/api/v1/teams/{team}/grants", "team_grant", "teams", "Grant a team queue to an endpoint",
+              grant_queue, m.Granted, body=m.GrantRequest,
+              description="Owners and admins: a member's endpoint may claim on the team queue from now on."),
+    Operation("DELETE", "/api/v1/teams/{team}/grants", "team_ungrant", "teams", "Take a team queue back",
+              ungrant_queue, m.Granted, body=m.GrantRequest,
+              description="Owners and admins: the endpoint no longer reaches the queue, and the todos it holds "
+                          "there go back to it."),
+    Operation("POST", "/api/v1/teams/{team}/todos", "team_todo_push", "teams", "Push a todo on a team queue",
+              push_team_todo, m.PushReply, status=201, also=(200,), body=m.TeamPushRequest,
+              headers=((IDEMPOTENCY_HEADER, "The todo's idempotency key (as the body's `key`; if both are "
+                                            "sent they must be equal)."),),
+              description="Any member may. The body is a push's, with `queue` required: the queue's name or its "
+                          "label team:<team-slug>/<queue>. 201 with `created: true`; 200 with `created: false` "
+                          "when a live todo of the team already has this key."),
+    # admission control
+    Operation("GET", "/api/v1/admission", "admission_list", "admission", "List your admission policies",
+              list_policies, m.PolicyList,
+              description="The policies of your endpoints' queues and of your teams' queues, with usage now."),
+    Operation("GET", "/api/v1/admission/{scope}/{queue}", "admission_show", "admission",
+              "Show a queue's admission policy", show_policy, m.PolicyReply,
+              description="`scope` is `endpoint:<endpoint-slug>` or `team:<team-slug>`. A queue without a "
+                          "policy is 404."),
+    Operation("PUT", "/api/v1/admission/{scope}/{queue}", "admission_set", "admission",
+              "Set a queue's admission policy", set_policy, m.PolicyReply, body=m.PolicyRequest,
+              description="Replaces the limits and the window (a limit left out is none; the window's fields "
+                          "default to an hour from 00:00 UTC); `paused` left out stays as it was. A team queue's "
+                          "policy is for the team's owners and admins."),
+    Operation("DELETE", "/api/v1/admission/{scope}/{queue}", "admission_clear", "admission",
+              "Clear a queue's admission policy", clear_policy, m.PolicyCleared,
+              description="Its claims are no longer limited, and a pause goes with it."),
+    Operation("POST", "/api/v1/admission/{scope}/{queue}/pause", "admission_pause", "admission", "Pause a queue",
+              _pause(True), m.PolicyReply,
+              description="No claims until it is resumed; a queue without a policy gets one that only pauses."),
+    Operation("POST", "/api/v1/admission/{scope}/{queue}/resume", "admission_resume", "admission",
+              "Resume a paused queue", _pause(False), m.PolicyReply,
+              description="Its limits, if any, apply again."),
     # settings
     Operation("GET", "/api/v1/settings", "settings_get_all", "settings", "Every operator setting", get_settings,
               m.SettingsMap, admin=True),
