@@ -3,10 +3,11 @@
 Starlette routes, Jinja2 templates with autoescape, htmx and Pico CSS served from this package, no
 inline script. Sign-in and sessions live in `login.py` and `sessions.py`, the todos screen and the
 attempt drawer in `todo_pages.py`, vending and revocation in `endpoint_pages.py`, the outcome charts
-in `queue_pages.py`, live updates in `live.py`. `build(runtime)` makes the `kit.Board` object; the
-composition root (`web/app.py`) keeps it as `app.state.surfaces.board` (handlers reach it through
-`kit.board_of(request)`) and passes it to any other surface that adds screens (`board.extra_nav` to
-link them).
+and the endpoint queues' admission policies in `queue_pages.py`, teams in `team_pages.py`, the routes
+that change an admission policy in `admission_pages.py`, live updates in `live.py`. `build(runtime)`
+makes the `kit.Board` object; the composition root (`web/app.py`) keeps it as
+`app.state.surfaces.board` (handlers reach it through `kit.board_of(request)`) and passes it to any
+other surface that adds screens (`board.extra_nav` to link them).
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from ...runtime import Component, Runtime
-from . import account_pages, endpoint_pages, intake_pages, live, login, notification_pages, queue_pages, todo_pages
+from . import (
+    account_pages,
+    admission_pages,
+    endpoint_pages,
+    intake_pages,
+    live,
+    login,
+    notification_pages,
+    queue_pages,
+    team_pages,
+    todo_pages,
+)
 from .kit import Board, NavLink
 from .sessions import Sessions, load_secret
 
@@ -31,6 +43,7 @@ def build(runtime: Runtime) -> Board:
     secret = load_secret(settings.secret_key, Path(settings.data_dir))
     board = Board(settings, Sessions(secret, secure=settings.public_base_url.startswith("https://")))
     board.hub = live.LiveHub(board)
+    board.nav.append(NavLink("Teams", "/teams", "teams"))
     board.nav.append(NavLink("Notifications", "/notifications", "notifications"))
     board.nav.append(NavLink("Intake", "/intakes", "intake"))
     board.nav.append(NavLink("Account", "/account", "account"))
@@ -51,7 +64,7 @@ def component(board: Board, runtime: Runtime) -> Component:
             unsubscribe.pop()()
 
     routes = [*login.routes(), *todo_pages.routes(), *live.routes(), *endpoint_pages.routes(),
-              *queue_pages.routes(), *account_pages.routes(), *notification_pages.routes(),
-              *intake_pages.routes(),
+              *queue_pages.routes(), *team_pages.routes(), *admission_pages.routes(), *account_pages.routes(),
+              *notification_pages.routes(), *intake_pages.routes(),
               Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
     return Component(name="board", routes=routes, start=start, stop=stop)

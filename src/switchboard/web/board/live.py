@@ -2,7 +2,9 @@
 
 A frame names only the todo id and the verb (`event: todo`, `data: {"id": ..., "verb": ...}`); the page
 then re-reads what it shows through the ordinary scoped routes, so no todo data, summary or artifact
-travels on the stream and a frame reaches only the streams of the human who owns the endpoint.
+travels on the stream and a frame reaches only the streams of the human who owns the endpoint, or, for
+a team todo, of the team's members at the time of the event (read from the database each time, so a
+removed member hears nothing more).
 
 - The hook bus calls `LiveHub.publish` after commit; with no stream open it returns at once.
 - Per stream a buffer of 16 frames; on overflow a frame is dropped (the page re-reads on the next one).
@@ -26,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ...core import stats
+from ...core import stats, teams
 from ...core.events import Event
 from .kit import NO_STORE, Board, board_of
 
@@ -77,19 +79,27 @@ class LiveHub:
             self._owners.popitem(last=False)
         return owner
 
-    async def publish(self, event: Event) -> None:
-        """Hook-bus subscriber: tell the owner's open streams which todo moved."""
-        if not self._streams or not event.endpoint_id:
-            return
+    async def _listeners(self, event: Event) -> list[_Stream]:
+        if event.team_id:
+            members = await teams.member_ids(self.board.core, event.team_id)
+            return [s for human in members for s in self._streams.get(human, ())]
+        if not event.endpoint_id:
+            return []
         owner = await self._owner(event.endpoint_id)
-        streams = self._streams.get(owner) if owner else None
+        return list(self._streams.get(owner, ())) if owner else []
+
+    async def publish(self, event: Event) -> None:
+        """Hook-bus subscriber: tell the open streams of the owner (or of a team's members) which todo moved."""
+        if not self._streams:
+            return
+        streams = await self._listeners(event)
         if not streams:
             return
         if event.verb == "endpoint_revoked":
             frame = "event: endpoint\ndata: " + json.dumps({"verb": event.verb}) + "\n\n"
         else:
             frame = "event: todo\ndata: " + json.dumps({"id": event.todo_id, "verb": event.verb}) + "\n\n"
-        for stream in list(streams):
+        for stream in streams:
             with contextlib.suppress(asyncio.QueueFull):
                 stream.queue.put_nowait(frame)
 

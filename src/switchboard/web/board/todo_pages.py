@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from ...core import endpoints, producer, todos
+from ...core import endpoints, inputs, producer, teams, todos
 from ...core.actions import ACTIONS, ActionField, available, perform
 from ...core.errors import CoreError, Invalid, NotFound
 from ...core.models import HumanCaller
@@ -74,7 +74,8 @@ def _filters(request: Request) -> tuple[dict, str | None]:
     """Decode the query string; the core checks the values (see `todos_screen`)."""
     q = request.query_params
     f = {"endpoint": q.get("endpoint", "").strip(), "queue": q.get("queue", "").strip(),
-         "state": q.get("state", "").strip(), "dead": q.get("dead") == "1", "page": 1}
+         "team": q.get("team", "").strip(), "state": q.get("state", "").strip(), "dead": q.get("dead") == "1",
+         "page": 1}
     page = q.get("page", "1")
     if not page.isdigit() or not 1 <= int(page) <= 100000:
         return f, "page must be a whole number from 1"
@@ -85,16 +86,16 @@ def _filters(request: Request) -> tuple[dict, str | None]:
 async def _list(board: Board, human: HumanCaller, f: dict) -> tuple[list[dict], dict]:
     rows = await todos.list_for_human(board.core, human, endpoint=f["endpoint"] or None, queue=f["queue"] or None,
                                       state=f["state"] or None, dead_letter=f["dead"], limit=PAGE_SIZE + 1,
-                                      offset=(f["page"] - 1) * PAGE_SIZE)
+                                      offset=(f["page"] - 1) * PAGE_SIZE, team=f["team"] or None)
     counts = await todos.counts_for_human(board.core, human, endpoint=f["endpoint"] or None,
-                                          queue=f["queue"] or None)
+                                          queue=f["queue"] or None, team=f["team"] or None)
     return rows, counts
 
 
 def _query(f: dict, **change: Any) -> str:
     merged = {**f, **change}
-    params = {k: v for k, v in (("endpoint", merged["endpoint"]), ("queue", merged["queue"]),
-                                ("state", merged["state"])) if v}
+    params = {k: v for k, v in (("endpoint", merged["endpoint"]), ("team", merged["team"]),
+                                ("queue", merged["queue"]), ("state", merged["state"])) if v}
     if merged["dead"]:
         params["dead"] = "1"
     if merged["page"] and merged["page"] != 1:
@@ -110,13 +111,15 @@ async def todos_screen(board: Board, request: Request, who) -> Response:
         rows, counts = await _list(board, human, f)
     except Invalid as exc:  # a filter the core refused: say so and show the list without it
         error = error or exc.message
-        f = {**f, "endpoint": "", "queue": "", "state": ""}
+        f = {**f, "endpoint": "", "queue": "", "team": "", "state": ""}
         rows, counts = await _list(board, human, f)
     more = len(rows) > PAGE_SIZE
     eps = await _endpoint_rows(board, human)
-    queues = sorted({q for e in eps for q in e["queues"]})
+    my_teams = await teams.list_for_human(board.core, human)
+    queues = sorted({q for e in eps for q in e["queues"]} | ({f["queue"]} if f["queue"] else set()))
     context: dict[str, Any] = dict(
         title="Todos", active="todos", rows=rows[:PAGE_SIZE], counts=counts, f=f, eps=eps, queues=queues,
+        teams=my_teams,
         error=error, states=TODO_STATES, state_labels=STATE_LABELS, panel_url=_query(f),
         newer_url=_query(f, page=f["page"] - 1) if f["page"] > 1 else None,
         older_url=_query(f, page=f["page"] + 1) if more else None,
@@ -213,19 +216,59 @@ async def act(board: Board, request: Request, who, form) -> Response:
 
 # ---------------------------------------------------------------------------------------- new todo
 
-def _new_form_context(eps: list[dict], values: dict | None = None, errors: dict | None = None) -> dict:
+TEAM_CHOICE = "team:"  # the endpoint select's value for a team is `team:<slug>`
+MAX_TEAM_QUEUE_LISTS = 20
+
+
+def _new_form_context(eps: list[dict], my_teams: list[dict], team_queues: list[str], values: dict | None = None,
+                      errors: dict | None = None) -> dict:
     active = [e for e in eps if e["state"] == "active"]
-    return {"title": "New todo", "active": "new", "eps": active,
-            "queues": sorted({q for e in active for q in e["queues"]}),
+    return {"title": "New todo", "active": "new", "eps": active, "teams": my_teams,
+            "queues": sorted({q for e in active for q in e["queues"]} | set(team_queues)),
             "v": {"endpoint": "", "queue": "", "title": "", "payload": "", "max_attempts": "", **(values or {})},
             "errors": errors or {}}
 
 
+async def _new_form_page(board: Board, request: Request, who, values: dict | None = None,
+                         errors: dict | None = None, status: int = 200) -> Response:
+    human = who[0]
+    eps = await _endpoint_rows(board, human)
+    my_teams = await teams.list_for_human(board.core, human)
+    team_queues = []
+    for t in my_teams[:MAX_TEAM_QUEUE_LISTS]:  # the team queues that exist, offered in the queue list
+        shown = await teams.show(board.core, human, t["slug"])
+        team_queues += [q["queue"] for q in shown["queues"]]
+    return board.page(request, who, "new_todo.html", status=status,
+                      **_new_form_context(eps, my_teams, team_queues, values, errors))
+
+
 @human_page
 async def new_todo_form(board: Board, request: Request, who) -> Response:
-    eps = await _endpoint_rows(board, who[0])
     values = {"endpoint": request.query_params.get("endpoint", "")[:64]}
-    return board.page(request, who, "new_todo.html", **_new_form_context(eps, values))
+    return await _new_form_page(board, request, who, values)
+
+
+def _team_queue(slug: str, queue: str) -> str:
+    """The label of a queue of the team `slug`: a bare name, or the team's own label as typed."""
+    if not queue:
+        raise Invalid("name the team queue, such as inbox", argument="queue")
+    if inputs.is_team_label(queue):
+        if inputs.team_label(queue)[0] != slug:
+            raise Invalid(f"{queue} is not a queue of team {slug}", argument="queue")
+        return queue
+    return f"{inputs.TEAM_PREFIX}{slug}/{inputs.queue(queue)}"
+
+
+async def _push(board: Board, human: HumanCaller, values: dict, payload: Any, max_attempts: int | None) -> dict:
+    where, queue, title = values["endpoint"], values["queue"].strip(), values["title"].strip()
+    if where.startswith(TEAM_CHOICE):
+        label = _team_queue(where[len(TEAM_CHOICE):], queue)
+        todo, _ = await producer.push_team(board.core, human, label, title=title, payload=payload,
+                                           max_attempts=max_attempts, source="board")
+    else:
+        todo, _ = await producer.push(board.core, human, where, title=title, queue=queue or None, payload=payload,
+                                      max_attempts=max_attempts, source="board")
+    return todo
 
 
 @human_post
@@ -245,20 +288,18 @@ async def new_todo_submit(board: Board, request: Request, who, form) -> Response
             max_attempts = int(values["max_attempts"])
         except ValueError:
             errors["max_attempts"] = "Max attempts must be a whole number."
-    if not errors:  # the core checks every value (the endpoint, the queue, the title's rules, the range)
+    if not errors:  # the core checks every value (the endpoint or team, the queue, the title's rules, the range)
         try:
-            todo, _ = await producer.push(board.core, human, values["endpoint"], title=values["title"].strip(),
-                                          queue=values["queue"].strip() or None, payload=payload,
-                                          max_attempts=max_attempts, source="board")
+            todo = await _push(board, human, values, payload, max_attempts)
         except (Invalid, NotFound) as exc:
-            field = {"slug": "endpoint", "endpoint": "endpoint", "queue": "queue", "title": "title",
-                     "payload": "payload", "max_attempts": "max_attempts"}.get(exc.argument or "", "title")
-            message = "Choose one of your endpoints." if isinstance(exc, NotFound) else exc.message
+            field = {"slug": "endpoint", "endpoint": "endpoint", "team": "endpoint", "queue": "queue",
+                     "title": "title", "payload": "payload", "max_attempts": "max_attempts"}.get(exc.argument or "",
+                                                                                               "title")
+            message = "Choose one of your endpoints or teams." if isinstance(exc, NotFound) else exc.message
             errors[field] = message[:1].upper() + message[1:] + ("" if message.endswith(".") else ".")
         else:
             return RedirectResponse(f"/todos/{todo['id']}", status_code=303, headers=NO_STORE)
-    eps = await _endpoint_rows(board, human)
-    return board.page(request, who, "new_todo.html", status=422, **_new_form_context(eps, values, errors))
+    return await _new_form_page(board, request, who, values, errors, status=422)
 
 
 def routes() -> list[Route]:
