@@ -16,6 +16,21 @@ Returns a list of violations (empty when the database is consistent):
   their own lease is a heartbeat), never before the claim;
 - an attempt keeps at most NOTES_MAX_PER_ATTEMPT progress notes, none written before its claim or
   after it closed.
+
+Teams and admission control (issue 13):
+- a todo is owned by exactly one of an endpoint or a team (the CHECK holds it; asserted anyway), and a
+  team todo sits on a label of its own team;
+- no holder outside reach: a team todo held (claimed or input-required) by an endpoint is held by a
+  live (not revoked) endpoint that holds a grant of the queue and whose human is a member of the team;
+  one held by a human (a Board claim) by a member; and an agent's lease names its endpoint;
+- in flight never above max_in_flight: the live leases and parked interrupts of a policy's queue
+  identity that were claimed since the policy last changed (a lowered cap does not evict what was
+  admitted before it) number at most max_in_flight;
+- charged units equal committed claims in the current window: the units charged to the current
+  window equal the attempts opened on the queue identity since the later of the window's start and
+  the policy's creation. Exact on the assumptions that nothing pruned or deleted an attempt of the
+  window (history cap, retention) and that the window's definition was not changed inside it (a new
+  definition starts its window at zero).
 """
 
 from __future__ import annotations
@@ -32,6 +47,10 @@ from .states import TodoState as S
 
 _HELD = sql_list(HELD_STATES)
 _DIED = sql_list(DIED_OUTCOMES)
+
+# A todo of the queue identity of admission policy `p`: its queue, and its endpoint or its team.
+_POLICY_TODO = """t.queue = p.queue AND t.endpoint_id IS NOT DISTINCT FROM p.endpoint_id
+                  AND t.team_id IS NOT DISTINCT FROM p.team_id"""
 
 CHECKS = {
     "more than one open attempt": """
@@ -83,6 +102,41 @@ CHECKS = {
          WHERE jsonb_array_length(notes) > {NOTES_MAX_PER_ATTEMPT}
             OR (notes <> '[]'::jsonb AND ((notes->0->>'at')::timestamptz < claimed_at
                                           OR (notes->-1->>'at')::timestamptz > ended_at))""",
+    "todo owned by both or neither of an endpoint and a team, or on another team's queue": """
+        SELECT t.id FROM todos t LEFT JOIN teams tm ON tm.id = t.team_id
+         WHERE (t.endpoint_id IS NULL) = (t.team_id IS NULL)
+            OR (t.team_id IS NOT NULL AND t.queue NOT LIKE 'team:' || tm.slug || '/%')
+            OR (t.team_id IS NULL AND t.queue LIKE 'team:%')""",
+    "team todo held outside reach": f"""
+        SELECT t.id FROM todos t
+         WHERE t.team_id IS NOT NULL AND t.state IN ({_HELD})
+           AND CASE WHEN t.claimed_by_endpoint_id IS NOT NULL THEN NOT EXISTS (
+                        SELECT 1 FROM team_grants g
+                          JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
+                          JOIN endpoints e ON e.id = g.endpoint_id
+                          JOIN agents ag ON ag.id = e.agent_id
+                         WHERE g.endpoint_id = t.claimed_by_endpoint_id AND g.queue = t.queue
+                           AND g.team_id = t.team_id AND e.state = 'active'
+                           AND t.owner = 'agent:' || ag.id::text)
+                    ELSE NOT EXISTS (
+                        SELECT 1 FROM team_members m
+                         WHERE m.team_id = t.team_id AND t.owner = 'op:' || m.human_id::text)
+               END""",
+    "more leases in flight than the admission policy's max_in_flight": f"""
+        SELECT p.id FROM admission_policies p
+         WHERE p.max_in_flight IS NOT NULL AND p.max_in_flight < (
+               SELECT count(*) FROM todos t
+                 JOIN todo_attempts a ON a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL
+                WHERE {_POLICY_TODO}
+                  AND (t.state = '{S.INPUT_REQUIRED}' OR (t.state = '{S.CLAIMED}' AND t.lease_expires_at >= now()))
+                  AND a.claimed_at >= p.updated_at)""",
+    "units charged in the current window differ from the claims committed in it": f"""
+        SELECT p.id FROM admission_policies p
+         CROSS JOIN LATERAL (SELECT switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
+                                                             p.window_weekday, now()) AS ws) w
+         WHERE CASE WHEN p.charged_window = w.ws THEN p.charged ELSE 0 END <> (
+               SELECT count(*) FROM todos t JOIN todo_attempts a ON a.todo_id = t.id
+                WHERE {_POLICY_TODO} AND a.claimed_at >= greatest(w.ws, p.created_at))""",
 }
 
 
