@@ -384,3 +384,31 @@ async def test_a_non_member_gets_the_same_404_as_an_unknown_team(board_server, b
         assert await page.locator(f"#sb-tr-{todo['id']}").count() == 0
         page.watch.expected_http_errors(404)
         await page.watch.assert_clean(page)
+
+
+async def test_a_member_vends_an_endpoint_for_a_team_queue(board_server, browser):
+    slug = _slug()
+    owner, admin, member, eps = await _crew(board_server, slug)
+    other = _slug()
+    await board_server.run(teams.create, await board_server.human("else"), other)
+    async with page_for(browser, board_server, member) as page:
+        await page.goto("/endpoints/vend")
+        await page.fill("#v-agent", "fleet-7")
+        # A team the member does not belong to reads like one that does not exist.
+        for label in (f"team:{other}/inbox", f"team:{_slug()}/inbox"):
+            await page.fill("#v-queues", label)
+            await page.click("#sb-review")
+            assert await page.inner_text("#e-queues") == f"{label} is not a queue of one of your teams."
+        page.watch.expected_http_errors(422)
+        await page.fill("#v-queues", f"team:{slug}/inbox")
+        await page.click("#sb-review")
+        await page.click("#sb-vend-confirm")
+        await page.wait_for_selector("#sb-credential")
+        waiting = await page.inner_text("#sb-awaiting-grant")
+        assert f"team:{slug}/inbox" in waiting and "a team owner or admin grants it" in waiting
+        new_slug = (await page.inner_text("#sb-mcp-url")).rsplit("/", 1)[1]
+        assert new_slug in waiting
+        assert await axe_violations(page) == []
+        await page.watch.assert_clean(page)
+    shown = await board_server.run(teams.show, owner, slug)
+    assert not any(g["endpoint"] == new_slug for g in shown["grants"])  # a member's vend waits for a grant

@@ -1,8 +1,9 @@
 """Endpoints: the list, the vend wizard (details, consent, credential shown once) and revocation.
 
 The consent screen lists every verb of the drain family with a plain explanation and whether this
-endpoint gets it: `get_todo` comes with `list_todos`; `release` comes with no other verb. The
-credential is handed to the browser once, through a single-use ticket, never in a URL or a log.
+endpoint gets it: `get_todo` comes with `list_todos`, `admission_status` with `claim` or `claim_next`;
+`release` comes with no other verb. The credential is handed to the browser once, through a single-use
+ticket, never in a URL or a log.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from ...core import endpoints, inputs, todos
+from ...core import endpoints, inputs, teams, todos
 from ...core.errors import Invalid, NotFound
 from ...core.models import DEFAULT_VERBS, VERBS, effective_verbs
 from ...core.states import LIVE_STATES, TodoState
@@ -39,7 +40,11 @@ VERB_HELP = {
     "release": "Hand back a todo it holds without using up an attempt, so another worker can take it. "
                "No other verb implies this one: grant it on its own.",
     "request_input": "Pause a todo it holds and ask you a question, which you answer on the Board.",
+    "admission_status": "Read the admission policies of its queues: how many claims the window has left, how "
+                        "many todos are in flight, whether a queue is paused. Also comes with claim or claim_next.",
 }
+# The verbs that bring another one with them (core/models.effective_verbs), named on the consent screen.
+IMPLIED_BY = {"get_todo": ("list_todos",), "admission_status": ("claim", "claim_next")}
 TICKET_SECONDS = 600
 LEASE_MIN, LEASE_MAX = 60, 86400
 
@@ -132,7 +137,8 @@ def _verb_rows(granted: list[str]) -> list[dict]:
             status = "implied"
         else:
             status = "not granted"
-        rows.append({"verb": verb, "help": VERB_HELP[verb], "status": status})
+        rows.append({"verb": verb, "help": VERB_HELP[verb], "status": status,
+                     "implied_by": [v for v in IMPLIED_BY.get(verb, ()) if v in granted]})
     return rows
 
 
@@ -171,10 +177,23 @@ def _vend_page(board: Board, request: Request, who, values: dict, errors: dict, 
                       v=values, errors=errors, verb_help=VERB_HELP, verbs=VERBS)
 
 
+async def _check_teams(board: Board, who, clean: dict, errors: dict[str, str]) -> None:
+    """A team queue in the list names one of the human's teams (else it is refused like an unknown one)."""
+    for label in clean.get("queues", []):
+        if inputs.is_team_label(label):
+            slug, _ = inputs.team_label(label)
+            try:
+                await teams.membership(board.core, who[0], slug)
+            except NotFound:
+                errors["queues"] = f"{label} is not a queue of one of your teams."
+                return
+
+
 @human_post
 async def vend_review(board: Board, request: Request, who, form) -> Response:
     values = _values(form)
     clean, errors = _validate(values)
+    await _check_teams(board, who, clean, errors)
     if errors:
         return _vend_page(board, request, who, values, errors, status=422)
     back = "/endpoints/vend?" + urlencode({"agent": values["agent"], "queues": values["queues"],
@@ -188,10 +207,15 @@ async def vend_review(board: Board, request: Request, who, form) -> Response:
 async def vend_submit(board: Board, request: Request, who, form) -> Response:
     values = _values(form)
     clean, errors = _validate(values)
+    await _check_teams(board, who, clean, errors)
     if errors:
         return _vend_page(board, request, who, values, errors, status=422)
-    endpoint, credential = await endpoints.vend(board.core, who[0], agent=clean["agent"], queues=clean["queues"],
-                                                verbs=clean["verbs"], lease_ttl=clean["lease_ttl"])
+    try:
+        endpoint, credential = await endpoints.vend(board.core, who[0], agent=clean["agent"], queues=clean["queues"],
+                                                    verbs=clean["verbs"], lease_ttl=clean["lease_ttl"])
+    except NotFound:  # left the team between the check and the vend
+        errors["queues"] = "A team queue in the list is not a queue of one of your teams."
+        return _vend_page(board, request, who, values, errors, status=422)
     key = _tickets(board).put(who[0].human_id, endpoint, credential)
     return RedirectResponse(f"/endpoints/vended/{key}", status_code=303, headers=NO_STORE)
 
