@@ -412,3 +412,24 @@ async def test_a_member_vends_an_endpoint_for_a_team_queue(board_server, browser
         await page.watch.assert_clean(page)
     shown = await board_server.run(teams.show, owner, slug)
     assert not any(g["endpoint"] == new_slug for g in shown["grants"])  # a member's vend waits for a grant
+
+
+async def test_team_todos_update_live_for_members_only(board_server, browser):
+    slug = _slug()
+    owner, admin, member, eps = await _crew(board_server, slug)
+    label = f"team:{slug}/inbox"
+    stranger = await board_server.human("out")
+    _, worker = eps[admin.name]
+    async with page_for(browser, board_server, member) as page, page_for(browser, board_server, stranger) as other:
+        for p in (page, other):
+            await p.goto("/todos")
+            await p.wait_for_selector("body[data-sb-live-open='1']")
+        todo, _ = await board_server.run(producer.push_team, owner, label, title="Arrives live")
+        await page.wait_for_selector("#sb-todos-body tr >> text=Arrives live")
+        await board_server.run(todos.claim, worker, todo["id"])
+        await page.wait_for_selector(f"#sb-tr-{todo['id']} [data-sb-state='claimed']")
+        await other.wait_for_timeout(500)
+        assert await other.get_attribute("body", "data-sb-live-count") is None  # no frame reached a non-member
+        assert await other.locator(f"#sb-tr-{todo['id']}").count() == 0
+        await page.watch.assert_clean(page)
+        await other.watch.assert_clean(other)
