@@ -37,85 +37,99 @@ REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnect
 
 
 class DeadlineHttpProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol with a head deadline and a body deadline (class attributes, in seconds)."""
+    """HttpToolsProtocol with a head deadline and a body deadline (class attributes, in seconds).
+
+    A request only records when its head or body is due (one clock read, no timer call): each
+    connection has a single timer that is re-armed lazily. When it fires it compares the clock with
+    what is due now and either ends the connection or sleeps until the next due time, so a busy
+    keep-alive connection costs about one timer per deadline period instead of two timers created and
+    cancelled per request.
+    """
 
     head_timeout: float = 10.0
     body_timeout: float = 30.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._body_timer: asyncio.TimerHandle | None = None
-        self._awaiting_head = True
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # loop time the timer fires at
+        self._head_due: float | None = None  # loop time by which the head must be in; None when not awaited
+        self._body_due: float | None = None  # by which the body must be in (stale once it is: see _body_late)
+
+    # ------------------------------------------------------------------------------ the timer
+
+    def _due(self, when: float) -> None:
+        """Make sure the timer fires no later than `when`."""
+        timer = self._timer
+        if timer is not None:
+            if self._timer_at <= when:
+                return  # it fires first and looks again then
+            timer.cancel()
+        self._timer_at = when
+        self._timer = self.loop.call_at(when, self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        now = self.loop.time()
+        head, body = self._head_due, self._body_due
+        if head is not None and now >= head:
+            self._head_late()
+            return
+        if body is not None and now >= body:
+            self._body_late()
+            body = self._body_due
+        due = [t for t in (self._head_due, body) if t is not None]
+        if due and not self.transport.is_closing():
+            self._due(min(due))
 
     # ------------------------------------------------------------------------------ the head
 
     # uvicorn's protocol narrows asyncio's BaseTransport to Transport; this override keeps its signature.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm_head()
-
-    def _arm_head(self) -> None:
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.head_timeout, self._head_late)
-
-    def _disarm_head(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        self._head_due = self.loop.time() + self.head_timeout
+        self._due(self._head_due)
 
     def _head_late(self) -> None:
-        self._head_timer = None
-        if self.transport.is_closing():
-            return
+        self._head_due = None
         log.info("request head too slow; connection closed",
                  extra={"reason": "head_timeout", "status": 408, "client": _client(self.client)})
         self.transport.write(REQUEST_TIMEOUT)
         self.transport.close()
 
     def data_received(self, data: bytes) -> None:
-        if self._awaiting_head:
-            self._arm_head()  # a later request on a kept-alive connection: its head starts now
+        if self._head_due is None:
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete:  # the first bytes of the next request's head
+                due = self._head_due = self.loop.time() + self.head_timeout
+                if self._timer is None or self._timer_at > due:
+                    self._due(due)
         super().data_received(data)
 
     def on_headers_complete(self) -> None:
-        self._awaiting_head = False
-        self._disarm_head()
+        self._head_due = None
         super().on_headers_complete()
-        self._arm_body()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._awaiting_head = True  # the next bytes start the next request's head
+        due = self._body_due = self.loop.time() + self.body_timeout
+        if self._timer is None or self._timer_at > due:
+            self._due(due)
 
     # ------------------------------------------------------------------------------ the body
 
-    def _arm_body(self, seconds: float | None = None) -> None:
-        if self._body_timer is None:
-            self._body_timer = self.loop.call_later(seconds or self.body_timeout, self._body_late)
-
-    def _disarm_body(self) -> None:
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
-
     def _body_late(self) -> None:
-        self._body_timer = None
+        self._body_due = None
         cycle = self.cycle
-        if self.transport.is_closing() or cycle is None or not cycle.more_body or cycle.response_complete:
-            return
+        if cycle is None or not cycle.more_body or cycle.response_complete:
+            return  # the body is in (or no longer wanted)
         if self.flow.read_paused:  # the application is not reading: not the client's delay
-            self._arm_body(1.0)
+            self._body_due = self.loop.time() + 1.0
             return
         log.info("request body too slow; connection closed",
                  extra={"reason": "body_timeout", "client": _client(self.client), "path": cycle.scope["path"][:128]})
         cycle.disconnected = True
         cycle.message_event.set()
         self.transport.close()
-
-    def on_message_complete(self) -> None:
-        self._disarm_body()
-        super().on_message_complete()
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         if self.config.reset_contextvars:  # uvicorn's opt-in variant: left as it is, not cancellable
@@ -127,8 +141,10 @@ class DeadlineHttpProtocol(HttpToolsProtocol):
         cycle.request_task = task
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head()
-        self._disarm_body()
+        self._head_due = self._body_due = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         cycle = self.cycle
         super().connection_lost(exc)
         task = getattr(cycle, "request_task", None)
