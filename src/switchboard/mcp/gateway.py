@@ -33,6 +33,7 @@ from .sessions import SessionCap
 log = logging.getLogger("switchboard.mcp")
 
 MAX_BODY_BYTES = REQUEST_BODY_MAX_BYTES
+MAX_KNOWN_HOSTS = 256
 CALLER_KEY = "switchboard.caller"  # the EndpointCaller of an authenticated request, in the ASGI scope
 
 # What the tool call of this request did (verb, todo id, outcome), filled in by the tool handler: the
@@ -89,6 +90,7 @@ class Gateway:
         self.core = core
         self.credentials = credentials
         self.hostnames = allowed_hostnames(settings)
+        self._known_hosts: set[bytes] = set()  # exact Host values found allowed (bounded), as in web/hosts.py
         self.limiter = RateLimiter(settings.rate_limit_rps, settings.rate_limit_burst)
         self.base_url = settings.public_base_url  # the 401 names the endpoint's OAuth metadata (RFC 9728)
         manager = getattr(app, "session_manager", None)  # the SDK's StreamableHTTPASGIApp
@@ -156,9 +158,12 @@ class Gateway:
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             await _respond(send, 413, TOO_LARGE)
             return
-        if not host_allowed(host, self.hostnames):  # the app's front door checked it already
-            await _respond(send, 421, BAD_HOST)
-            return
+        if host not in self._known_hosts:  # the app's front door checked it already
+            if not host_allowed(host, self.hostnames):
+                await _respond(send, 421, BAD_HOST)
+                return
+            if host is not None and len(self._known_hosts) < MAX_KNOWN_HOSTS:
+                self._known_hosts.add(host)
         if origin is not None and origin_hostname(origin.decode("latin-1")) not in self.hostnames:
             await _respond(send, 403, BAD_ORIGIN)
             return

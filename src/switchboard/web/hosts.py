@@ -41,15 +41,39 @@ async def refuse(send: Send, status: int, body: bytes, extra: tuple[tuple[bytes,
     await send({"type": "http.response.body", "body": body})
 
 
+MAX_KNOWN_HOSTS = 256  # exact Host values already found allowed, remembered so the next parse is skipped
+
+
+class KnownHosts:
+    """The Host rule (`hostnames.host_allowed`) with the exact header values it allowed remembered: a
+    served request's Host is one set lookup. Only allowed values are kept, at most MAX_KNOWN_HOSTS
+    (many ports of one allowed name cannot grow it further; past the bound values are parsed again)."""
+
+    def __init__(self, hostnames: frozenset[str]) -> None:
+        self.hostnames = hostnames
+        self._known: set[bytes] = set()
+
+    def allowed(self, value: bytes | None) -> bool:
+        if value in self._known:
+            return True
+        if not host_allowed(value, self.hostnames):
+            return False
+        if len(self._known) < MAX_KNOWN_HOSTS and value is not None:
+            self._known.add(value)
+        return True
+
+
 class FrontDoor:
     """ASGI middleware: the Host allow-list and the one-credential rule, before routing."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
         self.hostnames = allowed_hostnames(settings)
+        self.hosts = KnownHosts(self.hostnames)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        kind = scope["type"]
+        if kind != "http" and kind != "websocket":
             await self.app(scope, receive, send)
             return
         host = None
@@ -60,7 +84,7 @@ class FrontDoor:
                 hosts += 1
             elif name == b"authorization":
                 authorizations += 1
-        if hosts != 1 or not host_allowed(host, self.hostnames):
+        if hosts != 1 or not self.hosts.allowed(host):
             log.warning("request refused", extra={"reason": "bad_host", "status": 421, "path": scope["path"][:128]})
             if scope["type"] == "http":
                 await refuse(send, 421, BAD_HOST)
