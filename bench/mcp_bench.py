@@ -13,8 +13,11 @@ Measured in one run, against one server process on a fresh database:
 
 The light client is raw JSON-RPC over keep-alive HTTP/1.1 on asyncio streams, so that the client is
 not what is measured; its CPU per call is printed beside the rate, and so is the server's (from
-/proc). `--profile FILE` also runs a server under cProfile with a CPU clock and prints where its time
-per cycle goes; `--levers` (on by default) starts one server per per-call lever turned back
+/proc), and for cycles the CPU of the PostgreSQL backends on the benchmark's database (from /proc,
+when the database runs on this machine). `--profile FILE` also runs `switchboard serve` under
+cProfile with a CPU clock over the measured cycles only (`--profile-era 2026-07-28` for the
+stateless path, `--profile-only` to skip everything else) and prints where its time per cycle goes;
+`--levers` (on by default) starts one server per per-call lever turned back
 (bench/mcp_variant_server.py) and prints each one's cycles/s beside the shipped server's.
 
     make bench                                   # after the store bench
@@ -30,6 +33,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -192,16 +196,21 @@ class Served:
             self.proc.kill()
 
 
-def serve(uri: str, log_level: str, variant: str | None = None) -> Served:
-    """`switchboard serve` as its own process; with `variant`, bench/mcp_variant_server.py instead."""
+def serve(uri: str, log_level: str, variant: str | None = None, profile_to: Path | None = None) -> Served:
+    """`switchboard serve` as its own process; with `variant`, bench/mcp_variant_server.py instead;
+    with `profile_to`, `switchboard serve` under cProfile (`serve_profiled`), stats written there."""
     port = free_port()
     env = dict(os.environ, SWITCHBOARD_DATABASE_URL=uri, SWITCHBOARD_PORT=str(port), SWITCHBOARD_HOST="127.0.0.1",
                SWITCHBOARD_RATE_LIMIT_RPS="1000000", SWITCHBOARD_RATE_LIMIT_BURST="1000000",
                SWITCHBOARD_MCP_MAX_SESSIONS_PER_ENDPOINT="100000",  # the memory figure holds --sessions on one endpoint
                SWITCHBOARD_LOG_LEVEL=log_level, SWITCHBOARD_SWEEP_INTERVAL_SECONDS="3600")
     log = open(os.environ.get("MCP_BENCH_SERVER_LOG", os.devnull), "wb")
-    command = ([sys.executable, str(ROOT / "bench" / "mcp_variant_server.py"), variant] if variant
-               else [sys.executable, "-m", "switchboard", "serve"])
+    if profile_to is not None:
+        command = [sys.executable, str(Path(__file__).resolve()), "--serve-profiled", str(profile_to)]
+    elif variant:
+        command = [sys.executable, str(ROOT / "bench" / "mcp_variant_server.py"), variant]
+    else:
+        command = [sys.executable, "-m", "switchboard", "serve"]
     proc = subprocess.Popen(command, env=env, cwd=ROOT,
                             stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
@@ -276,11 +285,47 @@ class Rate:
     per_s: float
     server_ms: float | None = None  # server CPU per operation
     client_ms: float | None = None  # this process's CPU per operation
+    pg_ms: float | None = None  # PostgreSQL backends' CPU per operation (cycles only)
 
-    def row(self) -> str:
+    def row(self, pg: bool = False) -> str:
         s = f"{self.server_ms:.2f}" if self.server_ms is not None else "-"
         c = f"{self.client_ms:.2f}" if self.client_ms is not None else "-"
-        return f"| {self.label} | {self.per_s:,.0f} | {s} | {c} |"
+        cells = [self.label, f"{self.per_s:,.0f}", s, c]
+        if pg:
+            cells.append(f"{self.pg_ms:.2f}" if self.pg_ms is not None else "-")
+        return "| " + " | ".join(cells) + " |"
+
+
+def _proc_cpu(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def backends_cpu(core: Core) -> dict[int, float]:
+    """CPU seconds so far of every PostgreSQL backend on the benchmark's database (the server's pool
+    and this process's), read from /proc: empty when the database runs elsewhere."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        pids = [row["pid"] for row in await cur.fetchall()]
+    found = {pid: _proc_cpu(pid) for pid in pids}
+    return {pid: cpu for pid, cpu in found.items() if cpu is not None}
+
+
+async def with_pg_cpu(core: Core, measure) -> tuple:
+    """`measure` (a coroutine giving (ops/s, server ms, client ms, ...)) plus the PostgreSQL
+    backends' CPU ms per operation, or None when it cannot be read."""
+    before = await backends_cpu(core)
+    t0 = time.perf_counter()
+    got = await measure
+    elapsed = time.perf_counter() - t0
+    after = await backends_cpu(core)
+    ops = got[0] * elapsed
+    if not after or ops <= 0:
+        return (*got, None)
+    return (*got, sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items()) * 1000 / ops)
 
 
 async def timed(seconds: float, workers: int, step, served: Served | None) -> tuple[float, float | None, float]:
@@ -392,20 +437,18 @@ async def memory(served: Served, slug: str, credential: str, n: int) -> tuple[fl
     return idle, held
 
 
-async def profile(uri: str, slug: str, credential: str, seconds: float, out: Path) -> list[str]:
-    """cProfile (CPU clock) of a `shipped` server over session-era cycles: the top functions by own
-    time and the heaviest layers by inclusive time, per cycle."""
+async def profile(uri: str, slug: str, credential: str, seconds: float, out: Path, era: str = SESSION_ERA) -> list[str]:
+    """cProfile (CPU clock) of `switchboard serve` over claim_next -> complete cycles of `era`: the top
+    functions by own time, per cycle."""
     import pstats
 
-    os.environ["MCP_BENCH_CPROFILE"] = str(out)
-    try:
-        served = serve(uri, "info", "shipped")
-    finally:
-        del os.environ["MCP_BENCH_CPROFILE"]
+    served = serve(uri, "info", profile_to=out)
     try:
         await asyncio.sleep(0.5)
-        await light_cycles(served, slug, credential, min(1.0, seconds / 4), SESSION_ERA)
-        per_s, _, _ = await light_cycles(served, slug, credential, seconds, SESSION_ERA)
+        await light_cycles(served, slug, credential, min(1.0, seconds / 4), era)
+        served.proc.send_signal(signal.SIGUSR1)
+        per_s, _, _ = await light_cycles(served, slug, credential, seconds, era)
+        served.proc.send_signal(signal.SIGUSR2)
     finally:
         served.stop()
     stats = pstats.Stats(str(out))
@@ -414,7 +457,7 @@ async def profile(uri: str, slug: str, credential: str, seconds: float, out: Pat
     for (file, line, fn), (_, ncalls, tottime, cumtime, _) in stats.stats.items():
         where = file.split("site-packages/")[-1].split("/src/")[-1]
         rows.append((tottime, cumtime, ncalls, f"{where}:{line}({fn})"))
-    lines = [f"profile: {cycles:,.0f} cycles under cProfile ({per_s:,.0f}/s; the profiler slows the server)",
+    lines = [f"profile ({era}): {cycles:,.0f} cycles under cProfile ({per_s:,.0f}/s; the profiler slows the server)",
              "own ms/cycle  incl ms/cycle  calls/cycle  function"]
     for tottime, cumtime, ncalls, name in sorted(rows, reverse=True)[:30]:
         lines.append(f"{tottime * 1000 / cycles:12.3f}  {cumtime * 1000 / cycles:13.3f}  "
@@ -422,7 +465,72 @@ async def profile(uri: str, slug: str, credential: str, seconds: float, out: Pat
     return lines
 
 
+def serve_profiled(out: str) -> None:
+    """`switchboard serve` (the shipped server: its HTTP protocol, front door and gateway) under
+    cProfile with a CPU-time clock, so waiting for PostgreSQL or for a busy machine is not counted;
+    the stats go to `out` when the server stops."""
+    import cProfile
+
+    from switchboard.web import server
+
+    # uvicorn re-raises the SIGTERM it shut down on; with this handler in place that returns here.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    profiler = cProfile.Profile(time.process_time)
+    # Only the measured cycles: SIGUSR1 starts the profiler, SIGUSR2 stops it (start-up, the board's
+    # templates and the warm-up stay out).
+    signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+    signal.signal(signal.SIGUSR2, lambda *_: profiler.disable())
+    try:
+        server.serve(load_settings())
+    finally:
+        profiler.disable()
+        profiler.dump_stats(out)
+
+
 # ------------------------------------------------------------------------------------------ main
+
+async def figures(out: dict, core: Core, caller, uri: str, slug: str, credential: str,
+                  args: argparse.Namespace) -> None:
+    """calls/s, cycles/s beside the core's, and the memory figure, into `out`."""
+    seconds = args.seconds
+    served = serve(uri, args.log_level)
+    try:
+        await asyncio.sleep(1.0)
+        calls: list[Rate] = []
+        for tool in (None, "list_todos"):
+            for conc in (1, 8, 32):
+                calls.append(await light_calls(served, slug, credential, conc, seconds, tool))
+                print(calls[-1].row(), file=sys.stderr)
+        out["calls"] = [vars(r) for r in calls]
+
+        core_r, light_r, modern_r, sdk_r = [], [], [], []
+        for i in range(args.rounds):
+            core_r.append(await with_pg_cpu(core, core_cycles(core, caller, seconds)))
+            light_r.append(await with_pg_cpu(core, light_cycles(served, slug, credential, seconds, SESSION_ERA)))
+            modern_r.append(await with_pg_cpu(core, light_cycles(served, slug, credential, seconds, MODERN_ERA)))
+            sdk_r.append(await with_pg_cpu(core, sdk_cycles(served, slug, credential, seconds)))
+            print(f"round {i + 1}: core {core_r[-1][0]:,.0f}  mcp {light_r[-1][0]:,.0f}  "
+                  f"mcp-2026 {modern_r[-1][0]:,.0f}  sdk {sdk_r[-1][0]:,.0f} cycles/s", file=sys.stderr)
+
+        def med(rs: list, label: str) -> Rate:
+            server = [r[1] for r in rs if r[1] is not None]
+            pg = [r[3] for r in rs if r[3] is not None]
+            return Rate(label, statistics.median(r[0] for r in rs),
+                        statistics.median(server) if server else None, statistics.median(r[2] for r in rs),
+                        statistics.median(pg) if pg else None)
+
+        cycles = [med(core_r, "core (in-process, 4 workers)"),
+                  med(light_r, "MCP, session era, light client, 4 sessions"),
+                  med(modern_r, "MCP, 2026-07-28 era, light client, 4 clients"),
+                  med(sdk_r, "MCP, official SDK client, 4 sessions")]
+        ratios = [lr[0] / cr[0] for lr, cr in zip(light_r, core_r, strict=True)]
+        out["cycles"] = [vars(r) for r in cycles]
+        out["ratio_mcp_to_core"] = {"median": statistics.median(ratios), "rounds": ratios}
+        idle, held = await memory(served, slug, credential, args.sessions)
+        out["rss_mb"] = {"idle": idle, f"{args.sessions}_sessions": held}
+    finally:
+        served.stop()
+
 
 async def run(args: argparse.Namespace) -> dict:
     seconds = args.seconds
@@ -439,63 +547,18 @@ async def run(args: argparse.Namespace) -> dict:
         # Every todo of the run exists before the server starts: a bulk insert sends one ready
         # wake-up per todo, and the doorbell of a running server would spend the rounds on them.
         await seed(core, ep["endpoint_id"], int(args.rounds * seconds * (4000 + 800 * len(LEVERS))) + 20000)
-        served = serve(uri, args.log_level)
         try:
-            await asyncio.sleep(1.0)
-            calls: list[Rate] = []
-            for tool in (None, "list_todos"):
-                for conc in (1, 8, 32):
-                    calls.append(await light_calls(served, slug, credential, conc, seconds, tool))
-                    print(calls[-1].row(), file=sys.stderr)
-            out["calls"] = [vars(r) for r in calls]
-
-            core_r, light_r, modern_r, sdk_r = [], [], [], []
-            for i in range(args.rounds):
-                core_r.append(await core_cycles(core, caller, seconds))
-                light_r.append(await light_cycles(served, slug, credential, seconds, SESSION_ERA))
-                modern_r.append(await light_cycles(served, slug, credential, seconds, MODERN_ERA))
-                sdk_r.append(await sdk_cycles(served, slug, credential, seconds))
-                print(f"round {i + 1}: core {core_r[-1][0]:,.0f}  mcp {light_r[-1][0]:,.0f}  "
-                      f"mcp-2026 {modern_r[-1][0]:,.0f}  sdk {sdk_r[-1][0]:,.0f} cycles/s", file=sys.stderr)
-
-            def med(rs: list, label: str) -> Rate:
-                server = [r[1] for r in rs if r[1] is not None]
-                return Rate(label, statistics.median(r[0] for r in rs),
-                            statistics.median(server) if server else None, statistics.median(r[2] for r in rs))
-
-            cycles = [med(core_r, "core (in-process, 4 workers)"),
-                      med(light_r, "MCP, session era, light client, 4 sessions"),
-                      med(modern_r, "MCP, 2026-07-28 era, light client, 4 clients"),
-                      med(sdk_r, "MCP, official SDK client, 4 sessions")]
-            ratios = [lr[0] / cr[0] for lr, cr in zip(light_r, core_r, strict=True)]
-            out["cycles"] = [vars(r) for r in cycles]
-            out["ratio_mcp_to_core"] = {"median": statistics.median(ratios), "rounds": ratios}
-            idle, held = await memory(served, slug, credential, args.sessions)
-            out["rss_mb"] = {"idle": idle, f"{args.sessions}_sessions": held}
-        finally:
-            served.stop()
-        try:
-            if args.levers:
+            if not args.profile_only:
+                await figures(out, core, caller, uri, slug, credential, args)
+            if args.levers and not args.profile_only:
                 out["levers"] = await levers(uri, slug, credential, seconds, args)
             if args.profile:
-                out["profile"] = await profile(uri, slug, credential, seconds, Path(args.profile))
+                out["profile"] = await profile(uri, slug, credential, seconds, Path(args.profile), args.profile_era)
         finally:
             await pool.close()
 
-    print("\n| tool calls (one server process) | calls/s | server CPU ms/call | client CPU ms/call |")
-    print("| --- | ---: | ---: | ---: |")
-    for r in out["calls"]:
-        print(Rate(**r).row())
-    print("\n| claim_next -> complete | cycles/s | server CPU ms/cycle | client CPU ms/cycle |")
-    print("| --- | ---: | ---: | ---: |")
-    for r in out["cycles"]:
-        print(Rate(**r).row())
-    ratio = out["ratio_mcp_to_core"]
-    print(f"\nMCP end to end / core: {ratio['median']:.2f} (rounds: "
-          f"{', '.join(f'{x:.2f}' for x in ratio['rounds'])}; target >= 0.3)")
-    print(f"server RSS: {out['rss_mb']['idle']:.0f} MB idle, "
-          f"{out['rss_mb'][f'{args.sessions}_sessions']:.0f} MB with {args.sessions} open sessions "
-          "and their GET streams (target <= 200 MB)")
+    if "calls" in out:
+        print_figures(out, args)
     if "levers" in out:
         print("\n| lever turned back (one server each) | era | server CPU ms/cycle | CPU vs shipped | cycles/s |")
         print("| --- | --- | ---: | ---: | ---: |")
@@ -507,6 +570,24 @@ async def run(args: argparse.Namespace) -> dict:
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     return out
+
+
+def print_figures(out: dict, args: argparse.Namespace) -> None:
+    print("\n| tool calls (one server process) | calls/s | server CPU ms/call | client CPU ms/call |")
+    print("| --- | ---: | ---: | ---: |")
+    for r in out["calls"]:
+        print(Rate(**r).row())
+    print("\n| claim_next -> complete | cycles/s | server CPU ms/cycle | client CPU ms/cycle "
+          "| PostgreSQL CPU ms/cycle |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for r in out["cycles"]:
+        print(Rate(**r).row(pg=True))
+    ratio = out["ratio_mcp_to_core"]
+    print(f"\nMCP end to end / core: {ratio['median']:.2f} (rounds: "
+          f"{', '.join(f'{x:.2f}' for x in ratio['rounds'])}; target >= 0.3)")
+    print(f"server RSS: {out['rss_mb']['idle']:.0f} MB idle, "
+          f"{out['rss_mb'][f'{args.sessions}_sessions']:.0f} MB with {args.sessions} open sessions "
+          "and their GET streams (target <= 200 MB)")
 
 
 LEVERS = (("shipped", SESSION_ERA), ("sse", SESSION_ERA), ("otel", SESSION_ERA), ("asyncio-h11", SESSION_ERA),
@@ -547,9 +628,19 @@ def main() -> None:
                    help="skip the per-lever comparison (one server process per variant)")
     p.add_argument("--profile", metavar="FILE",
                    help="also profile a server (cProfile, CPU clock) over session-era cycles; stats go to FILE")
+    p.add_argument("--profile-era", choices=(SESSION_ERA, MODERN_ERA), default=SESSION_ERA,
+                   help=f"the protocol era of the profiled cycles (default {SESSION_ERA}; {MODERN_ERA} is stateless)")
+    p.add_argument("--profile-only", action="store_true",
+                   help="only the profile (with --profile): no calls/s, cycles/s or memory figures")
+    p.add_argument("--serve-profiled", metavar="FILE", help=argparse.SUPPRESS)  # the profiled server process
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--keep", action="store_true", help="keep the benchmark database")
     args = p.parse_args()
+    if args.serve_profiled:
+        serve_profiled(args.serve_profiled)
+        return
+    if args.profile_only and not args.profile:
+        p.error("--profile-only needs --profile FILE")
     if args.quick:
         args.seconds, args.rounds = 3.0, 2
     asyncio.run(run(args))
