@@ -23,7 +23,9 @@
    endpoints (`--per-endpoint`, 50 by default, under SWITCHBOARD_MCP_MAX_SESSIONS_PER_ENDPOINT), with
    SWITCHBOARD_MAX_CONNECTIONS raised above the count.
    At each count: the server's RSS and open descriptors, and the doorbell latency (as in 1, with an
-   official-SDK client on an endpoint of its own) while the sessions are open. `--trace-sessions N`
+   official-SDK client on an endpoint of its own) while the sessions are open. `--compare-src SRC`
+   first runs the same against the server of another source tree (an earlier commit exported with
+   `git archive`; same database, same run), then against this one. `--trace-sessions N`
    instead runs the server under tracemalloc and prints where the memory of N idle sessions went
    (top allocation sites by size, from a snapshot before and one after opening them).
 
@@ -39,6 +41,8 @@ Runs on a fresh embedded PostgreSQL in a temporary directory, or on SWITCHBOARD_
     .venv/bin/python bench/doorbell_bench.py     # about 3 minutes on 2 cores
     .venv/bin/python bench/doorbell_bench.py --quick
     .venv/bin/python bench/doorbell_bench.py --idle-sessions 1000,10000     # about 4 minutes
+    .venv/bin/python bench/doorbell_bench.py --idle-sessions 1000,10000 --compare-src OLD/src
+                                             # OLD: an earlier commit, git archive C | tar -x -C OLD
     .venv/bin/python bench/doorbell_bench.py --trace-sessions 1000
     .venv/bin/python bench/doorbell_bench.py --check-cost
 """
@@ -135,11 +139,15 @@ async def drop_database(server_uri: str, name: str) -> None:
 # --------------------------------------------------------------------------- 1. doorbell latency
 
 def start_server(uri: str, extra_env: dict | None = None,
-                 command: list[str] | None = None) -> tuple[subprocess.Popen, str]:
+                 command: list[str] | None = None, server_src: str | None = None) -> tuple[subprocess.Popen, str]:
+    """`switchboard serve` on a free port; `server_src`: another source tree's `src` to run instead
+    (an earlier commit, for a before/after comparison on the same database)."""
     port = free_port()
     env = dict(os.environ, SWITCHBOARD_DATABASE_URL=uri, SWITCHBOARD_PORT=str(port), SWITCHBOARD_HOST="127.0.0.1",
                SWITCHBOARD_LOG_LEVEL="warning", SWITCHBOARD_SWEEP_INTERVAL_SECONDS="3600",
                SWITCHBOARD_RATE_LIMIT_RPS="1000", SWITCHBOARD_RATE_LIMIT_BURST="1000", **(extra_env or {}))
+    if server_src:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (server_src, env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(command or [sys.executable, "-m", "switchboard", "serve"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -281,7 +289,8 @@ async def ring_latency(core: Core, url: str, ep: dict, credential: str, n: int) 
     return {"p50": round(pct(out, 50), 2), "p99": round(pct(out, 99), 2), "max": round(max(out), 2)}
 
 
-async def idle_sessions(uri: str, counts: list[int], per_endpoint: int, n: int) -> list[dict]:
+async def idle_sessions(uri: str, counts: list[int], per_endpoint: int, n: int,
+                        server_src: str | None = None) -> list[dict]:
     raise_own_fd_limit()
     pool = await open_pool(uri, min_size=1, max_size=4)
     core = Core(pool=pool, settings=load_settings(database_url=uri, log_format="text"))
@@ -290,7 +299,7 @@ async def idle_sessions(uri: str, counts: list[int], per_endpoint: int, n: int) 
     lanes = [await endpoints.vend(core, human, agent=f"idle{i}", queues=["idle"])
              for i in range(-(-max(counts) // per_endpoint))]
     proc, url = start_server(uri, {"SWITCHBOARD_MCP_MAX_SESSIONS_PER_ENDPOINT": str(per_endpoint),
-                                   "SWITCHBOARD_MAX_CONNECTIONS": str(max(counts) + 1000)})
+                                   "SWITCHBOARD_MAX_CONNECTIONS": str(max(counts) + 1000)}, server_src=server_src)
     port = int(url.rsplit(":", 1)[1])
     held: list[asyncio.StreamWriter] = []
     results = []
@@ -323,7 +332,7 @@ async def idle_sessions(uri: str, counts: list[int], per_endpoint: int, n: int) 
             opened_in = time.perf_counter() - started
             await asyncio.sleep(3.0)
             row = {"sessions": len(held), **proc_status(proc.pid), "opened_in_s": round(opened_in, 1),
-                   "retried_503": retried}
+                   "retried_503": retried, "loadavg": [round(x, 2) for x in os.getloadavg()]}
             row["doorbell_ms"] = await ring_latency(core, url, bell, bell_credential, n)
             row.update(proc_status(proc.pid))
             results.append(row)
@@ -628,6 +637,9 @@ async def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the result as one JSON object")
     ap.add_argument("--idle-sessions", help="only part 3: idle session counts, comma separated (1000,10000)")
     ap.add_argument("--per-endpoint", type=int, default=50, help="idle sessions per endpoint (default 50)")
+    ap.add_argument("--compare-src", metavar="SRC",
+                    help="with --idle-sessions: first run the server from this source tree's src directory "
+                         "(an earlier commit, e.g. from `git archive`), then this one, on the same database")
     ap.add_argument("--trace-sessions", type=int, help="only: tracemalloc of N idle sessions in the server")
     ap.add_argument("--check-cost", action="store_true", help="only part 4: the endpoint check's cost")
     ap.add_argument("--serve-traced", action="store_true", help=argparse.SUPPRESS)
@@ -644,6 +656,11 @@ async def main() -> None:
                     print(json.dumps(out["check_cost"]), flush=True)
                 if args.idle_sessions:
                     counts = [int(c) for c in args.idle_sessions.split(",")]
+                    if args.compare_src:
+                        print(f"before: the server from {args.compare_src}", flush=True)
+                        out["idle_sessions_before"] = await idle_sessions(
+                            uri, counts, args.per_endpoint, args.todos or 300, server_src=args.compare_src)
+                        print("after: this tree's server", flush=True)
                     out["idle_sessions"] = await idle_sessions(uri, counts, args.per_endpoint, args.todos or 300)
             finally:
                 await drop_database(server_uri, name)

@@ -50,6 +50,7 @@ from uuid import uuid4
 
 import anyio
 import pydantic_core
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.connection import Connection
 from mcp.server.runner import ServerRunner, aclose_shielded
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, REQUEST_CANCELLED, check_accept_headers
@@ -76,6 +77,7 @@ from mcp_types import (
     RequestId,
     jsonrpc_message_adapter,
 )
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
@@ -546,6 +548,39 @@ class LightSessionManager(StreamableHTTPSessionManager):
         self.security = TransportSecurityMiddleware(self.security_settings)  # one for every session
         self._by_endpoint: dict[str, set[LightSession]] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._limited = self.asgi_app  # the SDK's body limit in front of `_handle_request`
+        self.asgi_app = self._front  # type: ignore[assignment]  # the SDK types it as its body-limit class
+
+    async def _front(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The GET stream of a session held here goes straight to the session. Its task lives as long as
+        the stream, so every frame and buffer on the way (the body limit's, the SDK's request routing)
+        would be kept by every idle session; the checks those frames make are made here instead."""
+        if scope["method"] == "GET" and self._task_group is not None:
+            session = self._stream_target(scope)
+            if session is not None:
+                await session.handle_request(scope, receive, send)
+                return
+        await self._limited(scope, receive, send)
+
+    def _stream_target(self, scope: Scope) -> LightSession | None:
+        """The session a GET names, when the SDK's routing would hand the request to it: a handshake-era
+        (or absent) protocol version, a session held here, opened with the same credential."""
+        named = version = None
+        for key, value in scope["headers"]:
+            if key == b"mcp-session-id":
+                named = value
+            elif key == b"mcp-protocol-version":
+                version = value
+        if named is None or (version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS):
+            return None
+        session: Any = self._server_instances.get(named.decode("latin-1"))
+        if not isinstance(session, LightSession):
+            return None
+        user = scope.get("user")
+        requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+        if requestor != self._session_owners.get(session.mcp_session_id):
+            return None  # the SDK's routing answers it (404, as if the session did not exist)
+        return session
 
     # ------------------------------------------------------------------------------ bookkeeping
 
