@@ -101,7 +101,8 @@ async def test_vend_wizard_consent_credential_once_and_revoke(board_server, brow
                   for r in await table.locator("tbody tr").all()}
         assert grants == {"list_todos": "granted", "get_todo": "implied", "claim": "not granted",
                           "claim_next": "granted", "heartbeat": "not granted", "complete": "granted",
-                          "fail": "not granted", "release": "not granted", "request_input": "not granted"}
+                          "fail": "not granted", "release": "not granted", "request_input": "not granted",
+                          "admission_status": "implied"}
         release = await table.locator("tr[data-sb-verb=release]").inner_text()
         assert "Hand back a todo" in release and "No other verb implies this one" in release
         assert "implied by list_todos" in await table.locator("tr[data-sb-verb=get_todo]").inner_text()
