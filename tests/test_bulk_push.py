@@ -16,9 +16,11 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcp_support import vend
-from switchboard.core import hooks, producer
+from switchboard.core import hooks, producer, shapes, todos
 from switchboard.core.errors import Invalid, NotFound
 from switchboard.db.listen import READY_CHANNEL
 
@@ -392,3 +394,172 @@ async def test_a_live_session_is_rung_once_per_queue_for_a_batch(server):
             await asyncio.sleep(1.0)  # anything more would arrive now
     assert sorted(inbox.updated) == sorted(uris)
     assert sorted(p.meta["todo_id"] for p in inbox.channel) == sorted([out[0][0]["id"], out[1][0]["id"]])
+
+
+# ------------------------------------------------------------------- the cheaper paths of a batch
+
+_TEXTS = st.one_of(
+    st.none(), st.just(""), st.just(" "), st.just("  \t"), st.text(max_size=8),
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=6),
+    st.sampled_from(["job", "a\tb", "a\nb", "a\x00b", "a\x7fb", "a\x1bb", "\ud800", "é ü", "x" * 64, "x" * 65,
+                     "k" * 200, "k" * 201, "t" * 512, "t" * 513, "\u200b", "\u00a0", "\u2028"]),
+    st.integers(-2, 2), st.booleans(), st.floats(allow_nan=True), st.lists(st.just("a"), max_size=1),
+)
+_PAYLOADS = st.one_of(
+    st.none(), st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5),
+    st.sampled_from(["a\x00b", "\ud800", "x" * (256 * 1024), "é" * (128 * 1024), "é" * (128 * 1024 - 8)]),
+    st.dictionaries(st.text(max_size=3), st.integers() | st.text(max_size=3) | st.none(), max_size=3),
+    st.lists(st.integers() | st.booleans(), max_size=3), st.just({1: "non-string key"}), st.just({"s": {1, 2}}),
+)
+_QUEUES = st.one_of(st.none(), st.just(""), st.sampled_from(["build", "deploy", "ops", "team:t1/q", "bad queue",
+                                                             "-x", "team:T/q"]), st.integers(0, 1),
+                    st.lists(st.just("build"), max_size=1))
+_GOOD_TEXTS = st.one_of(st.sampled_from(["job", "é ü", "a b", "x" * 64]),
+                        st.text(alphabet=st.characters(codec="utf-8", categories=["L", "N", "P", "Zs"]), max_size=8))
+_ALL_FIELDS = {"title": _TEXTS, "queue": _QUEUES, "payload": _PAYLOADS, "kind": _TEXTS, "key": _TEXTS,
+               "assignee": _TEXTS,
+               "max_attempts": st.one_of(st.none(), st.integers(-1, 102), st.booleans(), st.just(3.0), st.just("3"))}
+
+
+@st.composite
+def _items(draw):
+    """Mostly good items (good values in every field) with up to two fields from the wide strategies."""
+    item = {"title": draw(_GOOD_TEXTS.filter(lambda t: t.strip() != ""))}
+    for name in draw(st.sets(st.sampled_from(["queue", "payload", "kind", "key", "assignee", "max_attempts"]))):
+        item[name] = draw({"queue": st.sampled_from(["build", "deploy", None, ""]),
+                           "payload": st.none() | st.integers()
+                           | st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
+                           "max_attempts": st.none() | st.integers(1, 100)}.get(name, _GOOD_TEXTS))
+    for name in draw(st.sets(st.sampled_from(sorted(_ALL_FIELDS)), max_size=2)):
+        item[name] = draw(_ALL_FIELDS[name])
+    return item
+
+
+_ITEMS = st.one_of(
+    _items(), _items(),
+    st.fixed_dictionaries({}, optional=_ALL_FIELDS),
+    st.fixed_dictionaries({"title": st.just("t"), "colour": st.just("red")}),
+    st.sampled_from(["just a title", None, 5, ["title"]]),
+)
+_SCOPES = st.sampled_from([["build"], ["build", "deploy"], ["build", "team:t1/q"], ["team:t1/q"], ["deploy"]])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(raw=_ITEMS, queues=_SCOPES)
+def test_the_quick_check_of_an_item_agrees_with_the_full_one(raw, queues):
+    """`_plain_item` answers an item only as `_item` would; anything else goes to `_item`, which
+    words the refusal."""
+    own = producer._own_queues(queues)
+    single = queues[0] if len(queues) == 1 and queues[0] in own else None
+    quick = producer._plain_item(raw, own, single, 5)
+    try:
+        full = producer._item(raw, queues, 5)
+    except Invalid:
+        assert quick is None
+        return
+    if quick is not None:
+        assert quick == full
+
+
+def test_check_items_names_the_first_bad_item_whichever_path_checked_the_others():
+    good = items(5, key="g")
+    for bad, argument, message in [({"title": "a\tb\x00"}, "todos[3].title", "todos[3].title must be valid UTF-8 text"),
+                                   ({"title": "   "}, "todos[3].title", "todos[3].title is required"),
+                                   ({"title": "t", "max_attempts": True}, "todos[3].max_attempts", None)]:
+        with pytest.raises(Invalid) as err:
+            producer.check_items(good[:3] + [bad] + good[3:], ["build"], 5)
+        assert err.value.argument == argument
+        assert message is None or err.value.message == message
+    # Texts the quick path leaves to the full one are still accepted as a single push accepts them.
+    out = producer.check_items([{"title": "line\tone\nline two", "kind": "k\u00a0k"}], ["build"], 5)
+    assert out[0]["title"] == "line\tone\nline two" and out[0]["kind"] == "k\u00a0k"
+
+
+def test_new_todo_ids_are_uuid4_ids_as_a_single_push_makes_them():
+    ids = producer.new_todo_ids(5000)
+    assert len(set(ids)) == 5000
+    for tid in ids[:500]:
+        assert tid.startswith("td_")
+        u = uuid.UUID(tid[3:])
+        assert u.version == 4 and u.variant == uuid.RFC_4122 and str(u) == tid[3:]
+    single = todos.new_todo_id()
+    assert len(single) == len(ids[0]) and single[:3] == ids[0][:3]
+
+
+async def test_a_created_todo_is_answered_as_its_stored_row_reads(core):
+    """A created todo is not read back: its compact answer is built from what was sent and must equal
+    `shapes.compact` of the row as stored, created_at included."""
+    agent = await vend(core, queues=["build", "deploy"])
+    batch = [{"title": "plain", "queue": "build"},
+             {"title": "all", "queue": "deploy", "kind": "k", "assignee": "agent:x", "max_attempts": 9,
+              "payload": {"b": [1, "é"], "a": None}, "key": "key-1"},
+             {"title": "ü title", "queue": "build", "payload": "text", "kind": "", "assignee": ""},
+             {"title": "zero", "queue": "build", "payload": 0, "max_attempts": 1}]
+    for source in ("api", "operator"):
+        for keyed in (False, True):
+            sent = [dict(b, key=f"{source}-{keyed}-{i}") if keyed else {k: v for k, v in b.items() if k != "key"}
+                    for i, b in enumerate(batch)]
+            out = await producer.push_many(core, agent.human, agent.slug, sent, source=source)
+            assert all(c for _, c in out)
+            for todo, _ in out:
+                row = (await sql(core, "SELECT * FROM todos WHERE id = %s", (todo["id"],)))[0]
+                assert todo == shapes.compact(row)
+                assert list(todo) == list(shapes.compact(row))  # the same key order on the wire
+
+
+async def test_a_mixed_batch_honours_the_keys_it_has_and_creates_the_rest_again(core):
+    agent = await vend(core, queues=["build"])
+    batch = [{"title": "keyed", "key": "m-1"}, {"title": "free"}, {"title": "keyed too", "key": "m-2"}]
+    first = await producer.push_many(core, agent.human, agent.slug, batch)
+    again = await producer.push_many(core, agent.human, agent.slug, batch)
+    assert [c for _, c in first] == [True, True, True] and [c for _, c in again] == [False, True, False]
+    assert again[0][0]["id"] == first[0][0]["id"] and again[2][0]["id"] == first[2][0]["id"]
+    assert again[1][0]["id"] != first[1][0]["id"]
+    assert again[0][0] == first[0][0]  # the existing todo, read back, answers as it was created
+    assert (await sql(core, "SELECT count(*) AS n FROM todos"))[0]["n"] == 4
+
+
+async def test_a_keyed_batch_on_a_revoked_endpoint_answers_only_its_existing_todos(core):
+    agent = await vend(core, queues=["build"])
+    (held, _), = await producer.push_many(core, agent.human, agent.slug, [{"title": "old", "key": "r-1"}])
+    await sql(core, "UPDATE endpoints SET state = 'revoked', revoked_at = now() WHERE id = %s",
+              (agent.endpoint_id,))
+    before = await fingerprint(core)
+    checked = producer.check_items([{"title": "old", "key": "r-1"}, {"title": "new", "key": "r-2"},
+                                    {"title": "free"}], ["build"], 5)
+    made = await producer._create_batch(core, uuid.UUID(str(agent.endpoint_id)), "operator",
+                                        list(enumerate(checked)))
+    assert [(i, t["id"], c) for i, t, c in made] == [(0, held["id"], False)]
+    assert await fingerprint(core) == before
+
+
+async def test_a_batch_wakeup_names_no_team_and_a_team_push_names_its_team(core, pg_uri):
+    from team_world import make_fleet
+
+    agent = await vend(core, queues=["build"])
+    fleet = await make_fleet(core, members=2)
+    conn = await listen(pg_uri)
+    try:
+        out = await producer.push_many(core, agent.human, agent.slug, items(3))
+        team_todo = await fleet.push("for the team")
+        notes = await drain(conn)
+    finally:
+        await conn.close()
+    by_todo = {n["todo_id"]: n for n in notes}
+    assert by_todo[out[0][0]["id"]]["team_id"] is None and by_todo[out[0][0]["id"]]["count"] == 3
+    team_note = by_todo[team_todo["id"]]
+    assert team_note["endpoint_id"] is None and team_note["count"] == 1
+    team_id = (await sql(core, "SELECT team_id FROM todos WHERE id = %s", (team_todo["id"],)))[0]["team_id"]
+    assert team_note["team_id"] == str(team_id) and team_note["queue"] == fleet.label
+
+
+async def test_hooks_of_another_endpoint_write_nothing_for_this_batch(core):
+    quiet = await vend(core, queues=["build"])
+    hooked = await vend(core, "hookedhuman", queues=["build"])
+    await hooks.add(core, hooked.human, hooked.slug, url="http://127.0.0.1:9/h")
+    await producer.push_many(core, quiet.human, quiet.slug, items(50))
+    assert await sql(core, "SELECT 1 FROM hook_outbox") == []
+    out = await producer.push_many(core, hooked.human, hooked.slug, items(5, key="h"))
+    rows = await sql(core, "SELECT todo_id, event FROM hook_outbox ORDER BY id")
+    assert [(r["todo_id"], r["event"]) for r in rows] == [(t["id"], ev) for t, _ in out
+                                                          for ev in ("todo.created", "todo.ready")]

@@ -1,45 +1,79 @@
 -- Producing todos in bulk (core/producer.py). Statements of one todo live in todos.sql.
+--
+-- Both statements take the items as one JSON array per column, zipped by position with ROWS FROM
+-- (cheaper for the caller to build than an array of objects; a payload travels once, as the caller
+-- serialised it to check it). A column whose items are all null may be sent as NULL: ROWS FROM pads
+-- it. Rows are inserted in input order (the ordinality needs no sort), so the statement-level trigger
+-- of migration 0014 (0019) names each queue's first item in its one wake-up. A created todo is not
+-- read back: the caller knows every column it sent, the others are the table's defaults, and
+-- `created_at` is the statement's now(), answered once.
 
 -- name: create_batch
--- Up to 1,000 todos in one INSERT: the items arrive as one JSON array, each with its place (`ord`, from
--- 1). An item whose key a live todo already holds inserts nothing (the same partial unique index as
--- `todos.create`); its existing todo is read from the statement's snapshot and answered with
--- batch_created = false. An item found in neither arm (a duplicate committed while this statement
--- waited on it) is left out of the answer: the caller runs it once more. Keys are unique within one
--- call (the caller folds repeats onto their first item). Only the columns of the compact shape come
--- back, and the payload only for existing todos (the caller knows the size of what it sent). The
--- statement-level trigger of migration 0014 sends one wake-up per queue for the rows inserted here.
+-- Up to 1,000 todos in one INSERT, some with idempotency keys (unique within one call: the caller
+-- folds repeats onto their first item). An item whose key a live todo already holds inserts nothing
+-- (the same partial unique index as `todos.create`). The first row answers how many were inserted and
+-- now(); then one row per item that inserted nothing, by its place (`batch_ord`, from 1): with the
+-- live todo holding its key, read from the statement's snapshot (payload included), or with a null id
+-- when none is visible (a duplicate committed while this statement waited on it: the caller runs it
+-- once more). When every item was inserted, that second part is not run at all.
 WITH live AS (
     -- As in todos.create: only while the endpoint is live, its row share-locked until commit, so a
     -- revocation either waits for this batch and dead-letters it or commits first and nothing is made.
     SELECT e.id FROM endpoints e
      WHERE e.id = %(endpoint_id)s AND e.state = 'active' AND (e.expires_at IS NULL OR e.expires_at > now())
        FOR SHARE
-), input AS (
-    SELECT *
-      FROM jsonb_to_recordset(%(items)s::jsonb)
-           AS i(ord int, id text, queue text, kind text, title text, payload jsonb, key text, assignee text,
-                max_attempts int)
 ), made AS (
     INSERT INTO todos (id, endpoint_id, queue, source, kind, title, payload, idempotency_key, assignee,
                        max_attempts)
-    SELECT i.id, live.id, i.queue, %(source)s, i.kind, i.title, i.payload, i.key, i.assignee,
-           i.max_attempts
-      FROM input i CROSS JOIN live
+    SELECT i.id, %(endpoint_id)s, i.queue, %(source)s, i.kind, i.title, nullif(i.payload, 'null'), i.key,
+           i.assignee, i.max_attempts::int
+      FROM ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(queues)s::jsonb),
+                      jsonb_array_elements_text(%(kinds)s::jsonb), jsonb_array_elements_text(%(titles)s::jsonb),
+                      jsonb_array_elements(%(payloads)s::jsonb), jsonb_array_elements_text(%(keys)s::jsonb),
+                      jsonb_array_elements_text(%(assignees)s::jsonb),
+                      jsonb_array_elements_text(%(max_attempts)s::jsonb))
+           WITH ORDINALITY AS i(id, queue, kind, title, payload, key, assignee, max_attempts, ord)
+     WHERE EXISTS (SELECT FROM live)
      ORDER BY i.ord
     ON CONFLICT (endpoint_id, idempotency_key)
        WHERE idempotency_key IS NOT NULL AND state NOT IN ('done', 'canceled')
          AND (state <> 'failed' OR next_retry_at IS NOT NULL)
     DO NOTHING
-    RETURNING id, endpoint_id, queue, source, kind, title, state, owner, assignee, attempt, max_attempts,
-              lease_expires_at, next_retry_at, created_at
+    RETURNING id
 )
-SELECT i.ord AS batch_ord, true AS batch_created, m.*, NULL::jsonb AS payload
-  FROM input i JOIN made m ON m.id = i.id
+SELECT 0 AS batch_ord, count(*)::int AS batch_made, now() AS created_at, NULL::text AS id, NULL::uuid AS endpoint_id,
+       NULL::text AS queue, NULL::text AS source, NULL::text AS kind, NULL::text AS title, NULL::text AS state,
+       NULL::text AS owner, NULL::text AS assignee, NULL::int AS attempt, NULL::int AS max_attempts,
+       NULL::timestamptz AS lease_expires_at, NULL::timestamptz AS next_retry_at, NULL::jsonb AS payload
+  FROM made
 UNION ALL
-SELECT i.ord, false, t.id, t.endpoint_id, t.queue, t.source, t.kind, t.title, t.state, t.owner, t.assignee,
-       t.attempt, t.max_attempts, t.lease_expires_at, t.next_retry_at, t.created_at, t.payload
-  FROM input i
-  JOIN todos t ON t.endpoint_id = %(endpoint_id)s AND t.idempotency_key = i.key
-              AND t.state NOT IN ('done', 'canceled') AND (t.state <> 'failed' OR t.next_retry_at IS NOT NULL)
- WHERE i.key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM made m WHERE m.id = i.id)
+SELECT i.ord, NULL, t.created_at, t.id, t.endpoint_id, t.queue, t.source, t.kind, t.title, t.state, t.owner,
+       t.assignee, t.attempt, t.max_attempts, t.lease_expires_at, t.next_retry_at, t.payload
+  FROM ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(keys)s::jsonb))
+       WITH ORDINALITY AS i(id, key, ord)
+  LEFT JOIN todos t ON t.endpoint_id = %(endpoint_id)s AND t.idempotency_key = i.key
+                   AND t.state NOT IN ('done', 'canceled') AND (t.state <> 'failed' OR t.next_retry_at IS NOT NULL)
+ WHERE (SELECT count(*) FROM made) < jsonb_array_length(%(ids)s::jsonb)
+   AND NOT EXISTS (SELECT 1 FROM made m WHERE m.id = i.id)
+
+-- name: create_batch_keyless
+-- The same when no item has a key: a plain INSERT (no conflict arbiter, no duplicate lookup). Either
+-- every item is inserted, or none is (the endpoint is not live). One row: how many, and now().
+WITH live AS (
+    SELECT e.id FROM endpoints e
+     WHERE e.id = %(endpoint_id)s AND e.state = 'active' AND (e.expires_at IS NULL OR e.expires_at > now())
+       FOR SHARE
+), made AS (
+    INSERT INTO todos (id, endpoint_id, queue, source, kind, title, payload, assignee, max_attempts)
+    SELECT i.id, %(endpoint_id)s, i.queue, %(source)s, i.kind, i.title, nullif(i.payload, 'null'), i.assignee,
+           i.max_attempts::int
+      FROM ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(queues)s::jsonb),
+                      jsonb_array_elements_text(%(kinds)s::jsonb), jsonb_array_elements_text(%(titles)s::jsonb),
+                      jsonb_array_elements(%(payloads)s::jsonb), jsonb_array_elements_text(%(assignees)s::jsonb),
+                      jsonb_array_elements_text(%(max_attempts)s::jsonb))
+           WITH ORDINALITY AS i(id, queue, kind, title, payload, assignee, max_attempts, ord)
+     WHERE EXISTS (SELECT FROM live)
+     ORDER BY i.ord
+    RETURNING 1
+)
+SELECT 0 AS batch_ord, count(*)::int AS batch_made, now() AS created_at FROM made
