@@ -182,3 +182,21 @@ async def test_a_non_member_is_told_not_found_like_an_unknown_team(board_server,
     after = _state(board_server, slug)
     assert after[0:2] == before[0:2] and after[3:] == before[3:]
     assert [p for p in after[2] if p not in before[2]] == [("inbox", True, None)]
+
+
+async def test_an_owner_claim_on_a_paused_queue_is_409_saying_why(board_server, browser):
+    """A Board claim is charged like any claim (SPEC-0030): on a paused team queue it is deferred, a
+    409 drawer that says so, and nothing changes."""
+    slug, owner, admin, member, ep = await _crew(board_server)
+    label = f"team:{slug}/inbox"
+    await board_server.run(admission.set_paused, owner, label, True)
+    todo_id = board_server.sql("SELECT t.id FROM todos t JOIN teams tm ON tm.id = t.team_id "
+                               "WHERE tm.slug = %(s)s", {"s": slug})[0][0]
+    async with page_for(browser, board_server, member) as page:
+        await page.goto(f"/todos/{todo_id}")
+        token = await _token(page)
+        r = await page.request.post(f"/todos/{todo_id}/claim", form={"csrf_token": token}, max_redirects=0)
+        assert r.status == 409
+        assert "paused" in await r.text()
+    row = board_server.sql("SELECT state, attempts_total FROM todos WHERE id = %(i)s", {"i": todo_id})[0]
+    assert tuple(row) == ("pending", 0)

@@ -222,7 +222,8 @@ async def test_inspector_cli(core, server):
         run("--method", "resources/list"),
         run("--method", "resources/read", "--uri", "switchboard://queues/inbox"))
 
-    assert [tool["name"] for tool in listed["tools"]] == [v for v in VERBS if v in {*DEFAULT_VERBS, "get_todo"}]
+    implied = {"get_todo", "admission_status"}
+    assert [tool["name"] for tool in listed["tools"]] == [v for v in VERBS if v in {*DEFAULT_VERBS, *implied}]
     assert all("outputSchema" in tool for tool in listed["tools"])
     assert got.get("isError") is not True and got["structuredContent"]["id"] == t["id"]
     assert json.loads(got["content"][0]["text"]) == got["structuredContent"]

@@ -4,7 +4,8 @@ Every read goes through the core with a `HumanCaller`, so a todo of another huma
 same not-found as an id never minted (REQ-10). Actions are the owner-action table (core/actions.py):
 the drawer offers the ones that apply to the todo as it stands, and the POST handler performs them
 (fence-exempt, REQ-6). Refusals map to statuses in one place (`STATUS`): not_found 404 (the same page
-as an unknown id), conflict 409 (the drawer with a plain message), forbidden 403, invalid 422 (the
+as an unknown id), conflict 409 (the drawer with a plain message), deferred 409 (admission control
+holds the queue back: the same, saying why), forbidden 403, invalid 422 (the
 drawer or form with the message naming the field).
 """
 
@@ -27,7 +28,7 @@ from .kit import NO_STORE, Board, human_page, human_post, is_hx
 
 PAGE_SIZE = 25
 # The Board's statuses for the core's refusals (not_found renders the shared not-found page).
-STATUS = {"invalid": 422, "forbidden": 403, "not_found": 404, "conflict": 409}
+STATUS = {"invalid": 422, "forbidden": 403, "not_found": 404, "conflict": 409, "deferred": 409}
 
 
 def _str(value: Any) -> str:
