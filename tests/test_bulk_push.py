@@ -461,6 +461,23 @@ def test_the_quick_check_of_an_item_agrees_with_the_full_one(raw, queues):
         assert quick == full
 
 
+@settings(max_examples=1500, deadline=None)
+@given(batch=st.lists(st.one_of(_items(), _items(), _items(), _ITEMS), min_size=1, max_size=6), queues=_SCOPES)
+def test_a_batch_is_answered_as_each_item_checked_alone(batch, queues):
+    """`check_items` (whichever path each item takes) answers the items `_item` answers one by one, or is
+    `invalid` naming the first item `_item` refuses."""
+    expected: list = []
+    for i, raw in enumerate(batch):
+        try:
+            expected.append(producer._item(raw, queues, 5))
+        except Invalid:
+            with pytest.raises(Invalid) as err:
+                producer.check_items(batch, queues, 5)
+            assert err.value.argument.startswith(f"todos[{i}]")
+            return
+    assert producer.check_items(batch, queues, 5) == expected
+
+
 def test_check_items_names_the_first_bad_item_whichever_path_checked_the_others():
     good = items(5, key="g")
     for bad, argument, message in [({"title": "a\tb\x00"}, "todos[3].title", "todos[3].title must be valid UTF-8 text"),

@@ -259,6 +259,7 @@ def batch_reply(results: list[tuple[dict[str, Any], bool]]) -> dict[str, Any]:
             "existing": len(results) - created}
 
 
+_PENDING = TodoState.PENDING.value
 _UUID_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
 
 
@@ -287,7 +288,7 @@ def _created_todo(todo_id: str, item: dict[str, Any], source: str, created_at: s
     if item["kind"]:
         todo["kind"] = item["kind"]
     todo["title"] = item["title"]
-    todo["state"] = TodoState.PENDING.value
+    todo["state"] = _PENDING
     if item["assignee"]:
         todo["assignee"] = item["assignee"]
     todo["attempt"] = 0
