@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core import rings
+from ..core import rings, teams
 from ..core.models import Core
 from ..db.listen import ReadyListener
 from ..runtime import Component, Runtime
@@ -106,6 +106,7 @@ class Doorbell:
         self._tasks: set[asyncio.Task] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.welcomed: set[str] = set()  # sessions whose opening ring is done (tests wait on it)
+        self.team_rung: dict[str, float] = {}  # when each session or stream last got a team todo's ring
 
     # ------------------------------------------------------------------------------- lifecycle
 
@@ -156,12 +157,49 @@ class Doorbell:
             if note.get("reason") in REQUEUE_REASONS:
                 self.gate.pop(note["todo_id"], None)
             latest[note["todo_id"]] = note
-        wanted = {tid: n for tid, n in latest.items() if self._is_local(str(n.get("endpoint_id")))}
+        wanted = {tid: n for tid, n in latest.items()
+                  if (self._has_team_queue(n["queue"]) if n.get("team_id") else
+                      self._is_local(str(n.get("endpoint_id"))))}
         if not wanted:
             return
         for todo in await rings.pending_by_ids(self.runtime.core, wanted):
             forced = wanted[todo["id"]].get("reason") == "rering"
-            await self.ring(todo, use_gate=not forced)
+            if todo.get("team_id"):
+                await self.ring_team(todo, use_gate=not forced)
+            else:
+                await self.ring(todo, use_gate=not forced)
+
+    def _has_team_queue(self, label: str) -> bool:
+        """Whether a session or listen stream here names this team queue (before asking the database
+        which of their endpoints reach it)."""
+        return (any(label in live.caller.queues for live in self.sessions.all())
+                or any(label in stream.queues for stream in self.listeners.all()))
+
+    async def ring_team(self, todo: dict, *, use_gate: bool = True) -> int:
+        """A ready team todo rings ONE session or listen stream here: among those of endpoints that
+        reach its queue now (granted, their human a member), the one rung least recently (issue 13;
+        docs/decisions.md D35). The gate and the re-queue rules are per todo, as for any todo."""
+        todo_id = str(todo["id"])
+        if use_gate and self._gated(todo_id):
+            self.stats["gated"] += 1
+            return 0
+        reach = set(await teams.ring_candidates(self.runtime.core, todo["team_id"], todo["queue"]))
+        label = todo["queue"]
+        sessions = [live for e in reach for live in self.sessions.for_endpoint(e) if label in live.caller.queues]
+        streams = [st for e in reach for st in self.listeners.for_endpoint(e) if label in st.queues]
+        choices: list[tuple[float, str, LiveSession | ListenStream]] = (
+            [(self.team_rung.get(live.session_id, 0.0), live.session_id, live) for live in sessions]
+            + [(self.team_rung.get(f"listen:{id(st)}", 0.0), f"listen:{id(st)}", st) for st in streams])
+        if not choices:
+            return 0
+        _, key, chosen = min(choices, key=lambda c: (c[0], c[1]))
+        self._mark(todo_id)
+        self.team_rung[key] = time.monotonic()
+        if len(self.team_rung) > 10_000:
+            self.team_rung.clear()
+        if isinstance(chosen, LiveSession):
+            return await self.ring(todo, use_gate=False, only=[chosen])
+        return await self.ring(todo, use_gate=False, only_streams=[chosen])
 
     async def ring(self, todo: dict, *, use_gate: bool = True, only: list[LiveSession] | None = None,
                    only_streams: list[ListenStream] | None = None) -> int:
@@ -188,7 +226,9 @@ class Doorbell:
                 sends.append(self._send(live, CHANNEL_METHOD, channel_params(todo)))
         if not sends and not offered:
             return 0
-        results = await asyncio.gather(*sends)
+        # One send (the usual ring) is awaited in place; several run side by side, so a session whose
+        # client stopped reading holds up none of the others.
+        results = [await sends[0]] if len(sends) == 1 else await asyncio.gather(*sends)
         sent = sum(1 for ok in results if ok) + offered
         self.stats["rung"] += 1
         self.stats["notifications"] += sent
@@ -198,7 +238,8 @@ class Doorbell:
 
     async def _send(self, live: LiveSession, method: str, params: dict) -> bool:
         try:
-            await asyncio.wait_for(connection_of(live.session).notify(method, params), SEND_TIMEOUT)
+            async with asyncio.timeout(SEND_TIMEOUT):  # a deadline on this task, not a task of its own
+                await connection_of(live.session).notify(method, params)
             return True
         except Exception as exc:  # a slow or broken session never holds up the others
             log.warning("doorbell send failed", extra={"endpoint": live.caller.slug, "reason": type(exc).__name__})
