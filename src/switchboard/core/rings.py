@@ -26,10 +26,13 @@ async def pending_by_ids(core: Core, ids: Iterable[str]) -> list[dict[str, Any]]
 
 async def oldest_pending(core: Core, endpoint_id: UUID | str, queues: Iterable[str],
                          limit: int = 5) -> list[dict[str, Any]]:
+    names = list(queues)
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.rings.oldest_pending, {
-            "endpoint_id": endpoint_id, "queues": list(queues), "limit": limit})
+            "endpoint_id": endpoint_id, "queues": names, "limit": limit,
+            "team_queues": [q for q in names if q.startswith("team:")]})
         return await cur.fetchall()
+
 
 
 async def rering_due(core: Core, endpoint_ids: Iterable[UUID | str], *,

@@ -155,7 +155,7 @@ class ReadyListener:
             batch = [await self._queue.get()]
             while not self._queue.empty() and len(batch) < 1000:
                 batch.append(self._queue.get_nowait())
-            batch = [b for b in batch if b.get("todo_id") and b.get("endpoint_id")]
+            batch = [b for b in batch if b.get("todo_id") and (b.get("endpoint_id") or b.get("team_id"))]
             if not batch:
                 continue
             for cb in list(self.on_batch):

@@ -2,18 +2,25 @@
 
 -- name: pending_by_ids
 -- The todos named by wake-ups that are still waiting to be claimed.
-SELECT id, endpoint_id, queue, title, kind, source FROM todos
+SELECT id, endpoint_id, team_id, queue, title, kind, source FROM todos
  WHERE id = ANY(%(ids)s::text[]) AND state = 'pending'
 
 -- name: oldest_pending
--- The oldest pending todos of one endpoint over some of its queues, one index probe per queue.
-SELECT p.id, p.endpoint_id, p.queue, p.title, p.kind, p.source
-  FROM unnest(%(queues)s::text[]) AS q(name),
-       LATERAL (SELECT id, endpoint_id, queue, title, kind, source, created_at FROM todos
-                 WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
+-- The oldest pending todos of one endpoint over some of its queues, one index probe per queue; the
+-- team queues among them count only while the endpoint reaches them (`team_targets`).
+SELECT p.id, p.endpoint_id, p.team_id, p.queue, p.title, p.kind, p.source
+  FROM (SELECT NULL::uuid AS team_id, name FROM unnest(%(queues)s::text[]) AS u(name)
+         WHERE name NOT LIKE 'team:%%'
+        UNION ALL
+        SELECT * FROM ({{team_targets}}) g) AS q,
+       LATERAL (SELECT id, endpoint_id, team_id, queue, title, kind, source, created_at FROM todos
+                 WHERE ((q.team_id IS NULL AND endpoint_id = %(endpoint_id)s::uuid)
+                        OR (q.team_id IS NOT NULL AND team_id = q.team_id))
+                   AND queue = q.name AND state = 'pending'
                  ORDER BY created_at LIMIT %(limit)s) p
  ORDER BY p.created_at
  LIMIT %(limit)s
+
 
 -- name: rering_due
 -- Pending todos nobody claimed, rung again on a widening interval: the k-th re-ring is due
