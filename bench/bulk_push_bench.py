@@ -146,6 +146,11 @@ class HttpClient:
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
         self.writer.write(head + body)
         status_line = await self.reader.readline()
+        if not status_line:  # the server closed the idle connection between measurements: once more
+            await self.close()
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+            self.writer.write(head + body)
+            status_line = await self.reader.readline()
         length = 0
         while True:
             line = await self.reader.readline()
@@ -160,6 +165,7 @@ class HttpClient:
     async def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+            self.reader = self.writer = None
 
 
 # ------------------------------------------------------------------------------------- variants
@@ -224,6 +230,8 @@ async def run_variant(w: World, variant: str, workers: int, batch: int, seconds:
     elif variant in ("raw", "raw-nokey"):
         runs = [raw(w.raw_conns[i], variant == "raw") for i in range(workers)]
     else:
+        for client in w.http:  # the server closes idle keep-alive connections; start each measurement afresh
+            await client.close()
         runs = [http(w.http[i]) for i in range(workers)]
     return sum(await asyncio.gather(*runs))
 

@@ -45,6 +45,7 @@ SWITCHBOARD_DATABASE_URL (its own databases are created there and dropped afterw
     .venv/bin/python bench/store_bench.py --quick      # about 1 minute, 100,000 as the big backlog
     .venv/bin/python bench/store_bench.py --batch 100 --workers 4,16 --skip-latency   # batched vs per-claim
     .venv/bin/python bench/store_bench.py --notes --workers 1,4    # heartbeat notes and the claim path
+    .venv/bin/python bench/store_bench.py --latency-only --big 10000000   # claim latency at 10 million pending
 """
 
 from __future__ import annotations
@@ -442,7 +443,7 @@ class Tenant:
     caller: EndpointCaller
     pending: int = 0
 
-    async def load(self, n: int) -> float:
+    async def load(self, n: int, progress: Callable[[str], None] | None = None) -> float:
         """Bulk-load n pending todos; returns the seconds it took."""
         if n <= 0:
             return 0.0
@@ -451,6 +452,8 @@ class Tenant:
             for start in range(0, n, LOAD_CHUNK):  # chunks: each statement well inside the statement timeout
                 await conn.execute(BULK_LOAD, {"endpoint_id": self.caller.endpoint_id, "queue": QUEUE,
                                                "n": min(LOAD_CHUNK, n - start)})
+                if progress and (start + LOAD_CHUNK) % 1_000_000 == 0:
+                    progress(f"  {start + LOAD_CHUNK:,} loaded, {time.perf_counter() - t0:.0f} s")
         self.pending += n
         return time.perf_counter() - t0
 
@@ -511,9 +514,8 @@ async def batch_worker(tenant: Tenant, size: int, deadline: float) -> tuple[int,
 async def core_sql_worker(tenant: Tenant, conn: psycopg.AsyncConnection, deadline: float) -> tuple[int, bool]:
     caller = tenant.caller
     scope = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "owner": caller.owner}
-    claim_params = {**scope, "queue": QUEUE, "ttl": LEASE_TTL, "claimant": None, "new_token_hash": None,
-                    "claimer_kind": "endpoint", "claimer_endpoint_id": caller.endpoint_id,
-                    "session": caller.session_id}
+    # The parameters the core sends for a claim on one queue (the bench follows the core's own list).
+    claim_params = {**todos._claim_params(tenant.core, caller, LEASE_TTL, None, None)[0], "queue": QUEUE}
     claim_sql, complete_sql = Q.todos.claim_next_one, Q.todos.complete  # what the core sends for one queue
     n = 0
     while time.perf_counter() < deadline:
@@ -839,11 +841,7 @@ def pct(values: list[float], p: float) -> float:
 
 async def explain_claim(tenant: Tenant, statement: str = "claim_next_one") -> str:
     """EXPLAIN ANALYZE of the core's claim statement on this backlog, rolled back."""
-    caller = tenant.caller
-    params = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "queue": QUEUE,
-              "owner": caller.owner,
-              "ttl": LEASE_TTL, "claimant": None, "new_token_hash": None, "claimer_kind": "endpoint",
-              "claimer_endpoint_id": caller.endpoint_id, "session": None}
+    params = {**todos._claim_params(tenant.core, tenant.caller, LEASE_TTL, None, None)[0], "queue": QUEUE}
     async with await psycopg.AsyncConnection.connect(tenant.uri) as conn:
         cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + getattr(Q.todos, statement), params)
         plan = "\n".join(r[0] for r in await cur.fetchall())
@@ -906,6 +904,10 @@ async def main(args: argparse.Namespace) -> int:
             facts = await server_facts(server_uri)
             log(f"PostgreSQL {facts['server_version']} ({server_how}); {info['nproc']} CPUs {info['cpu']}")
 
+            if args.latency_only:
+                return await latency_only(args, dbs, tenants, facts, server_how, info, started, load_start, t_start,
+                                          log)
+
             # ---- throughput
             tp = await open_tenant(await dbs.create("tp"), pool_max=20)
             tenants.append(tp)
@@ -930,7 +932,7 @@ async def main(args: argparse.Namespace) -> int:
             used = args.latency_rounds * args.latency_samples + 20
             await small.load(args.small + used)
             log(f"bulk-loading {args.big + used:,} pending todos")
-            big_load_s = await big.load(args.big + used)
+            big_load_s = await big.load(args.big + used, log)
             log(f"  loaded in {big_load_s:.1f} s")
             await small.load_history(args.history)
             await big.load_history(args.history)
@@ -1088,6 +1090,87 @@ async def main(args: argparse.Namespace) -> int:
     return 0
 
 
+async def latency_only(args: argparse.Namespace, dbs: Databases, tenants: list[Tenant], facts: dict, server_how: str,
+                       info: dict, started: str, load_start: tuple[float, float, float], t_start: float, log) -> int:
+    """--latency-only: the claim latency by backlog alone (the big backlog may be 10,000,000), with the
+    sizes on disk of the big database and the generic plan of the claim statement there."""
+    small = await open_tenant(await dbs.create("small"), pool_max=4)
+    big = await open_tenant(await dbs.create("big"), pool_max=4)
+    tenants += [small, big]
+    used = args.latency_rounds * args.latency_samples + 20
+    await small.load(args.small + used)
+    log(f"bulk-loading {args.big + used:,} pending todos")
+    big_load_s = await big.load(args.big + used, log)
+    log(f"  loaded in {big_load_s:.1f} s")
+    await small.load_history(args.history)
+    await big.load_history(args.history)
+    t0 = time.perf_counter()
+    await small.analyze()
+    await big.analyze()
+    analyze_s = time.perf_counter() - t0
+    async with big.core.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT pg_size_pretty(pg_relation_size('todos')) AS heap, pg_size_pretty(pg_indexes_size('todos'))"
+            " AS indexes, pg_size_pretty(pg_database_size(current_database())) AS db,"
+            " (SELECT count(*) FROM todos WHERE state = 'pending') AS pending")
+        sizes = await cur.fetchone()
+    log(f"big database: {sizes['pending']:,} pending; todos heap {sizes['heap']}, its indexes {sizes['indexes']},"
+        f" database {sizes['db']}")
+    lat = await claim_latency(small, big, rounds=args.latency_rounds, per_round=args.latency_samples, log=log)
+    plan_big = await explain_claim(big)
+    generic_big = await generic_plan(big)
+    s, b = lat["samples"]["small"], lat["samples"]["big"]
+    table = fmt_table([[f"{args.small:,}", f"{pct(s, 50) * 1000:.2f}", f"{pct(s, 99) * 1000:.2f}", str(len(s))],
+                       [f"{args.big:,}", f"{pct(b, 50) * 1000:.2f}", f"{pct(b, 99) * 1000:.2f}", str(len(b))]],
+                      ["pending", "p50 ms", "p99 ms", "samples"])
+    p50_ratio = pct(b, 50) / pct(s, 50)
+    paired = paired_ratio(lat["per_round_p50"]["big"], lat["per_round_p50"]["small"])
+    scans = [ln.strip().removeprefix("-> ").strip() for ln in generic_big.splitlines()
+             if "Scan" in ln and "CTE Scan" not in ln and "Subquery Scan" not in ln]
+    seq = [ln for ln in scans if "Seq Scan" in ln]
+    timings = [ln.strip() for ln in plan_big.splitlines() if ln.startswith(("Planning Time", "Execution Time"))]
+    loads = lat["loadavg_1m"]
+    out = "\n".join([
+        f"Store benchmark, {started}, claim latency only (--latency-only), {time.perf_counter() - t_start:.0f} s",
+        f"machine: {info['nproc']} CPUs ({info['cpu']}), {info['ram_gib']} GiB RAM, PostgreSQL"
+        f" {facts['server_version']} ({server_how}; shared_buffers {facts['shared_buffers']}, synchronous_commit"
+        f" {facts['synchronous_commit']}, fsync {facts['fsync']}), Python {info['python']}, psycopg {info['psycopg']},"
+        f" event loop {args.loop}",
+        f"load average (1 min): {load_start[0]:.2f} at start, {min(loads):.2f}-{max(loads):.2f} during the timed"
+        f" rounds, {loadavg()[0]:.2f} at end",
+        f"big backlog: {args.big + used:,} pending bulk-loaded in {big_load_s:.0f} s; VACUUM ANALYZE of both"
+        f" {analyze_s:.0f} s; todos heap {sizes['heap']}, its indexes {sizes['indexes']}, database {sizes['db']}",
+        "",
+        f"claim_next latency (core path, {args.latency_rounds} alternating rounds of {args.latency_samples})",
+        table,
+        f"p50 ratio {p50_ratio:.2f} (median of per-round p50 ratios {paired:.2f}); per-round p50 ms: small "
+        + ", ".join(f"{x * 1000:.2f}" for x in lat["per_round_p50"]["small"]) + "; big "
+        + ", ".join(f"{x * 1000:.2f}" for x in lat["per_round_p50"]["big"]),
+        "",
+        f"claim_next_one at {args.big:,} pending, generic (prepared) plan: "
+        + ("index scans only" if not seq else "SEQUENTIAL SCANS: " + "; ".join(seq)),
+        *("  " + ln for ln in scans),
+        "  EXPLAIN ANALYZE (custom plan, rolled back): " + ", ".join(timings),
+        "",
+        f"target: claim_next p50 at {args.big:,} pending <= 1.5 x p50 at {args.small:,}: {p50_ratio:.2f} -> "
+        + ("met" if p50_ratio <= 1.5 else "MISSED"),
+    ])
+    print(out)
+    if args.explain:
+        print("\ngeneric plan:\n" + generic_big + "\n\nEXPLAIN ANALYZE:\n" + plan_big)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "started": started, "machine": info, "postgres": facts, "server": server_how, "loop": args.loop,
+            "big_load_seconds": big_load_s, "analyze_seconds": analyze_s, "sizes": sizes,
+            "latency_ms": {k: {"p50": pct(v, 50) * 1000, "p99": pct(v, 99) * 1000, "n": len(v)}
+                           for k, v in lat["samples"].items()},
+            "per_round_p50_ms": {k: [x * 1000 for x in v] for k, v in lat["per_round_p50"].items()},
+            "latency_backlogs": {"small": args.small, "big": args.big}, "loadavg_1m": loads,
+            "plan_big": plan_big, "generic_plan_big": generic_big,
+        }, indent=2, default=str))
+    return 0
+
+
 def _report_without_latency(args, tput, tput_table, cpu_table, batch_lines, worker_counts, started, total_s,
                             info, facts, server_how, load_start, load_end) -> int:
     r = tput["rounds"]
@@ -1143,6 +1226,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also measure claim_next_batch(max_todos=N) + complete_batch, with and without attempt"
                         " writes (1-100)")
     p.add_argument("--skip-latency", action="store_true", help="measure throughput only")
+    p.add_argument("--latency-only", action="store_true",
+                   help="measure the claim latency by backlog only (no throughput), e.g. with --big 10000000")
     p.add_argument("--levers", action="store_true",
                    help="also measure the per-claim levers of issue 17, each as its own variant (see LEVERS)")
     p.add_argument("--history", type=int, default=20_000,
