@@ -59,9 +59,10 @@ class Verdicts:
         return None if row is None else int(row["cap"])
 
     def deferred(self) -> list[dict[str, Any]]:
+        """The refusals to report: never about a team queue the endpoint does not reach now."""
         return [{"queue": r["queue"], "reason": r["verdict"], "pending": r["pending"],
                  "next_eligible_at": _iso(r["next_eligible_at"])}
-                for r in self.rows.values() if r["verdict"] != "admitted"]
+                for r in self.rows.values() if r["verdict"] != "admitted" and r.get("reached", True)]
 
     def usage_after(self, queue: str, claimed: int) -> dict[str, Any] | None:
         """The `admission` object of a successful claim on `queue` (None when no policy applies)."""
@@ -86,10 +87,14 @@ class Verdicts:
         return {"ids": ids, "ns": ns, "windows": windows}
 
 
-async def judge(conn: AsyncConnection[DictRow], endpoint_id: UUID | None, queues: list[str]) -> Verdicts:
-    """Lock and judge the policies of `queues` (first statement of the claim's transaction)."""
+async def judge(conn: AsyncConnection[DictRow], endpoint_id: UUID | None, queues: list[str], *,
+                claimer_id: UUID | None = None) -> Verdicts:
+    """Lock and judge the policies of `queues` (first statement of the claim's transaction): those of
+    the endpoint `endpoint_id`'s own queues and of team labels. `claimer_id`, the endpoint calling
+    claim_next, is refused when no longer live, and hears of no team queue outside its reach."""
     try:
-        cur = await conn.execute(Q.admission.verdicts, {"endpoint_id": endpoint_id, "queues": queues})
+        cur = await conn.execute(Q.admission.verdicts, {"endpoint_id": endpoint_id, "queues": queues,
+                                                         "claimer_id": claimer_id})
         rows = await cur.fetchall()
     except psycopg.errors.QueryCanceled:
         raise

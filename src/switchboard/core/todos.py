@@ -364,7 +364,7 @@ async def _take_policed(core: Core, caller: EndpointCaller, queues: list[str], p
     conn = await core.pool.getconn()
     try:
         async with conn.transaction():
-            verdicts = await admission.judge(conn, caller.endpoint_id, queues)
+            verdicts = await admission.judge(conn, caller.endpoint_id, queues, claimer_id=caller.endpoint_id)
             if not verdicts.rows:
                 core.policed.mark(caller.endpoint_id, False)
             open_queues = verdicts.admitted(queues)
@@ -427,7 +427,7 @@ async def claim_next_batch(core: Core, caller: EndpointCaller, *, max_todos: int
     events of every todo are published after the statement commits. On policed queues each claim is
     charged and no queue passes its cap (take_next).
     """
-    claimed, _ = await take_next(core, caller, queue=queue, max_todos=max_todos,
+    claimed, _ = await take_next(core, caller, queue=queue, max_todos=inputs.max_todos(max_todos),
                                  lease_ttl_seconds=lease_ttl_seconds, require_fence=require_fence,
                                  claimant=claimant)
     return claimed

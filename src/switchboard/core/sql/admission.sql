@@ -2,9 +2,20 @@
 
 -- name: verdicts
 -- First statement of a policed claim's transaction: locks the policies of %(queues)s that apply to the
--- endpoint (its own queues and team labels) and judges each (the function's own statements read
--- after the lock; migration 0017).
-SELECT * FROM switchboard_admission_verdicts(%(endpoint_id)s::uuid, %(queues)s::text[])
+-- endpoint %(endpoint_id)s (its own queues, and team labels) and judges each (the function's own
+-- statements read after the lock; migration 0017). For claim_next %(claimer_id)s is the calling
+-- endpoint: refused before any verdict is read once revoked or expired (`endpoint_live`), and
+-- `reached` is false for a team queue it does not reach now (no grant, or its human left the team):
+-- its claim finds nothing, and its verdict is not reported to it (a deferral would tell it about a
+-- queue outside its reach: its backlog, its pause). A claim by id passes no claimer: the todo's reach
+-- was checked before, and the claim statement checks the caller itself.
+SELECT v.*,
+       (%(claimer_id)s::uuid IS NULL OR NOT starts_with(v.queue, 'team:') OR EXISTS (
+            SELECT 1 FROM team_grants g
+              JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
+             WHERE g.endpoint_id = %(claimer_id)s::uuid AND g.queue = v.queue)) AS reached
+  FROM switchboard_admission_verdicts(%(endpoint_id)s::uuid, %(queues)s::text[]) v
+ WHERE switchboard_endpoint_live(%(claimer_id)s::uuid)
 
 -- name: any_policy
 -- Whether any of %(queues)s of the endpoint has a policy (after an unpoliced claim found nothing).
