@@ -130,7 +130,7 @@ async def _revoke_id(core: Core, endpoint_id: UUID) -> tuple[bool, int]:
         cur = await conn.execute(Q.endpoints.revoke, {"endpoint_id": endpoint_id})
         rows = await cur.fetchall()
         # Team todos this endpoint holds go back to the team's queue (docs/decisions.md D32).
-        cur = await conn.execute(Q.teams.hand_back, {"endpoint_ids": [endpoint_id], "team_id": None,
+        cur = await conn.execute(Q.teams.hand_back, {"endpoint_ids": [endpoint_id], "team_id": None, "owner": None,
                                                      "queue": None, "outcome": AttemptOutcome.REVOKED})
         handed_back = list(await cur.fetchall())
     revoked = bool(rows and rows[0]["revoked"])

@@ -157,7 +157,8 @@ async def _keep_an_owner(conn: AsyncConnection[DictRow], team_id: UUID) -> None:
 
 async def _remove(core: Core, conn: AsyncConnection[DictRow], team: dict[str, Any], human_id: UUID) -> list[Any]:
     """Take a human off a team in the caller's transaction: their grants go, and the team leases their
-    endpoints hold are handed back (`released`, `requeued`). Returns the rows handed back."""
+    endpoints hold, and those they hold themselves (a Board claim), are handed back (`released`,
+    `requeued`). Returns the rows handed back."""
     await conn.execute(Q.teams.lock_team, {"team_id": team["id"]})
     current = await _role_of(conn, team["id"], human_id)
     if current is None:
@@ -170,10 +171,9 @@ async def _remove(core: Core, conn: AsyncConnection[DictRow], team: dict[str, An
     await conn.execute(Q.teams.drop_member_grants, {"team_id": team["id"], "human_id": human_id})
     endpoint_ids = [r["id"] for r in await (await conn.execute(Q.teams.human_endpoints,
                                                                {"human_id": human_id})).fetchall()]
-    if not endpoint_ids:
-        return []
     cur = await conn.execute(Q.teams.hand_back, {"endpoint_ids": endpoint_ids, "team_id": team["id"],
-                                                 "queue": None, "outcome": Outcome.RELEASED})
+                                                 "owner": HumanCaller(human_id).owner, "queue": None,
+                                                 "outcome": Outcome.RELEASED})
     return list(await cur.fetchall())
 
 
@@ -265,7 +265,7 @@ async def ungrant(core: Core, actor: HumanCaller, slug: Any, queue: Any, endpoin
             raise NotFound("no such grant", argument="endpoint")
         await conn.execute(Q.teams.drop_scope_queue, {"endpoint_id": ep["id"], "queue": label})
         cur = await conn.execute(Q.teams.hand_back, {"endpoint_ids": [ep["id"]], "team_id": team["id"],
-                                                     "queue": label, "outcome": Outcome.RELEASED})
+                                                     "owner": None, "queue": label, "outcome": Outcome.RELEASED})
         rows = list(await cur.fetchall())
     await publish_hand_back(core, rows)
     return {"team": team["slug"], "queue": label, "endpoint": endpoint, "granted": False,

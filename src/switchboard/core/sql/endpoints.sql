@@ -62,8 +62,10 @@ WITH ep AS (
         OR (todos.state = 'failed' AND todos.next_retry_at IS NOT NULL)
        FOR UPDATE OF todos
 ), a AS (
+    -- Never before the claim: a claim that committed while this transaction waited for it has a
+    -- later transaction time than ours.
     UPDATE todo_attempts a
-       SET ended_at = now(), outcome = 'revoked', disposition = 'dead_lettered'
+       SET ended_at = greatest(now(), a.claimed_at), outcome = 'revoked', disposition = 'dead_lettered'
       FROM t
      WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL
     RETURNING a.*

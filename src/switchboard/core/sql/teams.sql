@@ -64,20 +64,25 @@ DELETE FROM team_grants WHERE team_id = %(team_id)s AND human_id = %(human_id)s 
 
 -- name: hand_back
 -- The team leases held by %(endpoint_ids)s (in %(team_id)s, or every team when null; on %(queue)s, or
--- every queue when null) go back to pending: the open attempt closes with %(outcome)s (`released` for
--- a member's removal or an ungrant, `revoked` for a revoked endpoint) and disposition `requeued`, and
--- the hand-back does not count as an attempt (docs/decisions.md D32). One statement, inside the
--- caller's transaction.
+-- every queue when null), and those of %(team_id)s held by the human whose owner string is %(owner)s
+-- (a member's own claim from the Board, when that member leaves; null for none), go back to pending:
+-- the open attempt closes with %(outcome)s (`released` for a member's removal or an ungrant, `revoked`
+-- for a revoked endpoint) and disposition `requeued`, and the hand-back does not count as an attempt
+-- (docs/decisions.md D32). One statement, inside the caller's transaction.
 WITH t AS (
     SELECT todos.id, todos.attempts_total FROM todos
-     WHERE todos.claimed_by_endpoint_id = ANY(%(endpoint_ids)s::uuid[]) AND todos.team_id IS NOT NULL
+     WHERE (todos.claimed_by_endpoint_id = ANY(%(endpoint_ids)s::uuid[])
+            OR (todos.team_id = %(team_id)s::uuid AND todos.owner = %(owner)s::text))
+       AND todos.team_id IS NOT NULL
        AND todos.state IN ('claimed', 'input-required')
        AND (%(team_id)s::uuid IS NULL OR todos.team_id = %(team_id)s::uuid)
        AND (%(queue)s::text IS NULL OR todos.queue = %(queue)s::text)
        FOR UPDATE
 ), a AS (
+    -- Never before the claim: a claim that committed while this transaction waited for it has a
+    -- later transaction time than ours.
     UPDATE todo_attempts a
-       SET ended_at = now(), outcome = %(outcome)s, disposition = 'requeued'
+       SET ended_at = greatest(now(), a.claimed_at), outcome = %(outcome)s, disposition = 'requeued'
       FROM t
      WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL
     RETURNING a.*
