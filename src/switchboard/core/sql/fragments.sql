@@ -51,13 +51,17 @@ SELECT g.team_id, g.queue AS name FROM team_grants g
  WHERE g.endpoint_id = %(endpoint_id)s::uuid AND g.queue = ANY(%(team_queues)s::text[])
 
 -- name: team_targets_locked
--- team_targets for a claim: the membership rows are share-locked until commit, so a member's removal
--- (which deletes the row) waits for the claim and then hands its lease back, or commits first and the
--- claim finds no target (core/teams.py).
+-- team_targets for a claim, from a live endpoint: its grant and its own row are share-locked until
+-- commit, so an ungrant or a member's removal (which delete the grant) and a revocation (which updates
+-- the endpoint) wait for the claim and then hand its lease back, or commit first and the claim finds
+-- no target (core/teams.py, core/endpoints.py). Rows of the calling endpoint only: claimers of one team
+-- queue from different endpoints share no lock.
 SELECT g.team_id, g.queue AS name FROM team_grants g
   JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
+  JOIN endpoints e ON e.id = g.endpoint_id
  WHERE g.endpoint_id = %(endpoint_id)s::uuid AND g.queue = ANY(%(team_queues)s::text[])
-   FOR SHARE OF m
+   AND e.state = 'active' AND (e.expires_at IS NULL OR e.expires_at > now())
+   FOR SHARE OF g, e
 
 -- name: unpoliced
 -- A claim target `q.name` of the calling endpoint without an admission policy, or any target when
@@ -72,6 +76,16 @@ SELECT g.team_id, g.queue AS name FROM team_grants g
 (%(admitted)s::boolean OR NOT EXISTS (
     SELECT 1 FROM admission_policies p
      WHERE p.queue = todos.queue AND (p.endpoint_id = todos.endpoint_id OR p.team_id = todos.team_id)))
+
+-- name: lease_kept
+-- On the caller's claimed todo `todos`: a lease a heartbeat may extend or an input request may park.
+-- Unexpired, or on a queue without an in-flight cap: a lapsed lease no longer counts as in flight
+-- (core/admission.py), so its slot may already be another claim's, and reviving it would pass
+-- max_in_flight. The holder may still complete, fail or release it.
+(todos.lease_expires_at >= now() OR NOT EXISTS (
+    SELECT 1 FROM admission_policies p
+     WHERE p.queue = todos.queue AND p.max_in_flight IS NOT NULL
+       AND (p.endpoint_id = todos.endpoint_id OR p.team_id = todos.team_id)))
 
 -- name: holder
 -- The lease holder: an agent holds what it claimed; the owning human may act on any lease.

@@ -52,10 +52,26 @@ SELECT * FROM todos
    AND state NOT IN ('done', 'canceled') AND (state <> 'failed' OR next_retry_at IS NOT NULL)
 
 -- name: claim
-WITH t AS (
+-- A claim by id. On a team todo the caller's reach is share-locked until commit, as for claim_next
+-- (team_targets_locked): an endpoint's grant and its own row, a human's membership. An ungrant, a
+-- removal or a revocation then waits for the claim and hands its lease back, or commits first and the
+-- claim finds nothing.
+WITH reach AS (
+    SELECT g.team_id FROM todos x
+      JOIN team_grants g ON g.endpoint_id = %(endpoint_id)s::uuid AND g.team_id = x.team_id AND g.queue = x.queue
+      JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
+      JOIN endpoints e ON e.id = g.endpoint_id
+     WHERE x.id = %(id)s AND e.state = 'active' AND (e.expires_at IS NULL OR e.expires_at > now())
+       FOR SHARE OF g, e
+), member AS (
+    SELECT m.team_id FROM todos x JOIN team_members m ON m.team_id = x.team_id
+     WHERE x.id = %(id)s AND m.human_id = %(human_id)s::uuid
+       FOR SHARE OF m
+), t AS (
     SELECT todos.id, todos.state AS prior_state, todos.attempts_total AS prior_total
       FROM todos
      WHERE todos.id = %(id)s AND {{scope}} AND {{unpoliced_todo}}
+       AND (todos.team_id IS NULL OR EXISTS (SELECT 1 FROM reach) OR EXISTS (SELECT 1 FROM member))
        AND (todos.assignee IS NULL OR todos.assignee = %(owner)s OR %(human_id)s::uuid IS NOT NULL)
        AND (todos.state = 'pending'
             OR (todos.state = 'claimed' AND todos.lease_expires_at < now()
@@ -168,7 +184,8 @@ WITH cand AS (
 -- The holder's own call is a heartbeat; the owning human extending someone else's lease is recorded
 -- apart in owner_extended_at, so last_heartbeat_at stays the holder's (SPEC-0034 REQ-3). A note
 -- (the holder's only; null for none) is appended to the open attempt's notes in the same UPDATE,
--- which keeps the newest %(notes_max)s (the jsonpath `last` subscripts; out of range is lax).
+-- which keeps the newest %(notes_max)s (the jsonpath `last` subscripts; out of range is lax). A lapsed
+-- lease on a queue with an in-flight cap is not revived (lease_kept).
 {{held}}, a AS (
     UPDATE todo_attempts a
        SET last_heartbeat_at = CASE WHEN a.owner = %(owner)s THEN now() ELSE a.last_heartbeat_at END,
@@ -179,8 +196,9 @@ WITH cand AS (
                                  '$[last - $k to last]', jsonb_build_object('k', %(notes_max)s::int - 1))
                    END,
            lease_expires_at = now() + make_interval(secs => %(ttl)s)
-      FROM t
+      FROM t JOIN todos ON todos.id = t.id
      WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence}}
+       AND {{lease_kept}}
     RETURNING a.todo_id
 )
 UPDATE todos x
@@ -293,10 +311,11 @@ RETURNING x.*, to_jsonb(a) - 'item_result' AS closed_attempt
 SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
 
 -- name: request_input
--- The holder parks the todo for a human's answer; the attempt stays open and the lease clock stops.
+-- The holder parks the todo for a human's answer; the attempt stays open and the lease clock stops
+-- (a parked lease counts as in flight: a lapsed one on a capped queue is not parked, see lease_kept).
 {{held}}, a AS (
-    SELECT a.todo_id FROM todo_attempts a JOIN t ON a.todo_id = t.id
-     WHERE a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence}}
+    SELECT a.todo_id FROM todo_attempts a JOIN t ON a.todo_id = t.id JOIN todos ON todos.id = t.id
+     WHERE a.seq = t.attempts_total AND a.ended_at IS NULL AND {{fence}} AND {{lease_kept}}
 )
 UPDATE todos x
    SET state = 'input-required', input_request = %(question)s, lease_expires_at = NULL,
@@ -384,25 +403,27 @@ SELECT todos.*,
  WHERE todos.id = %(id)s AND {{scope}}
 
 -- name: list_for_endpoint
+-- The endpoint's own todos in its queues, while it is live (a revoked endpoint reads nothing, whatever
+-- a credential cache still believed).
 SELECT todos.* FROM todos
  WHERE todos.endpoint_id = %(endpoint_id)s::uuid AND todos.queue = ANY(%(queues)s::text[])
-   AND (%(state)s::text IS NULL OR todos.state = %(state)s::text)
+   AND (%(state)s::text IS NULL OR todos.state = %(state)s::text) AND {{endpoint_live}}
  ORDER BY todos.created_at DESC
  LIMIT %(limit)s
 
 -- name: list_for_endpoint_teams
 -- list_for_endpoint for an endpoint with team queues in its scope: its own todos and the team todos
--- it reaches now.
+-- it reaches now (granted, its human a member, and the endpoint live).
 SELECT * FROM (
     SELECT todos.* FROM todos
      WHERE todos.endpoint_id = %(endpoint_id)s::uuid AND todos.queue = ANY(%(queues)s::text[])
-       AND (%(state)s::text IS NULL OR todos.state = %(state)s::text)
+       AND (%(state)s::text IS NULL OR todos.state = %(state)s::text) AND {{endpoint_live}}
      ORDER BY todos.created_at DESC LIMIT %(limit)s) own
 UNION ALL
 SELECT * FROM (
     SELECT todos.* FROM ({{team_targets}}) AS q
       JOIN todos ON todos.team_id = q.team_id AND todos.queue = q.name
-     WHERE (%(state)s::text IS NULL OR todos.state = %(state)s::text)
+     WHERE (%(state)s::text IS NULL OR todos.state = %(state)s::text) AND {{endpoint_live}}
      ORDER BY todos.created_at DESC LIMIT %(limit)s) team
  ORDER BY created_at DESC
  LIMIT %(limit)s
@@ -442,11 +463,11 @@ SELECT todos.state, count(*) AS n,
 
 -- name: queue_counts_for_endpoint
 -- Live todos of one endpoint's queue by state: the summary behind the queue resource. A team queue
--- counts only while the endpoint reaches it.
+-- counts only while the endpoint reaches it; a revoked endpoint counts nothing.
 SELECT todos.state, (todos.next_retry_at IS NOT NULL) AS parked, count(*)::int AS n
   FROM todos
  WHERE todos.queue = %(queue)s::text
-   AND (todos.endpoint_id = %(endpoint_id)s::uuid OR {{team_reach}})
+   AND (todos.endpoint_id = %(endpoint_id)s::uuid OR {{team_reach}}) AND {{endpoint_live}}
    AND (todos.state IN ('pending', 'claimed', 'input-required')
         OR (todos.state = 'failed' AND todos.next_retry_at IS NOT NULL))
  GROUP BY todos.state, (todos.next_retry_at IS NOT NULL)
