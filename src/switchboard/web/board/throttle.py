@@ -13,6 +13,10 @@ Above the keys, a global ceiling: password checks start at most `GLOBAL_RATE` a 
 the ceiling sign-in answers 429 for a second or two; this bounds what a guesser with many addresses
 can try against any account, and the CPU that argon2 takes from everything else the server does.
 
+Refused sign-ins are logged at most once a second per reason (`quiet`): the first refusal at once,
+the ones after it counted into the next line, so a crowd of guesses writes a handful of lines instead
+of one per guess.
+
 The state is kept in this process's memory: a rate limit needs no durability, and with several
 serving processes each enforces its own limits (the ceiling multiplies by the number of processes).
 """
@@ -33,6 +37,7 @@ FORGET_AFTER_SECONDS = 900
 GLOBAL_RATE = 10.0
 GLOBAL_BURST = 20
 VERIFY_CONCURRENCY = 1
+REFUSAL_LOG_SECONDS = 1.0
 _MAX_KEYS = 50_000
 
 
@@ -53,6 +58,8 @@ class LoginThrottle:
         self._refilled = clock()
         self._concurrency = concurrency
         self._gate: asyncio.Semaphore | None = None
+        self._logged: dict[str, float] = {}  # reason -> when a refusal of that kind was last logged
+        self._unlogged: dict[str, int] = {}  # reason -> refusals since, not logged
 
     # ------------------------------------------------------------------------- per-key counts
 
@@ -140,3 +147,16 @@ class LoginThrottle:
             self._gate = asyncio.Semaphore(self._concurrency)
         async with self._gate:
             yield
+
+    # ------------------------------------------------------------------------- quiet refusals
+
+    def quiet(self, reason: str) -> int | None:
+        """Whether to log this refusal: None to stay quiet (it is counted), else log it now along
+        with the returned number of refusals of this kind left unlogged since the last line."""
+        now = self._clock()
+        last = self._logged.get(reason)
+        if last is not None and now - last < REFUSAL_LOG_SECONDS:
+            self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
+            return None
+        self._logged[reason] = now
+        return self._unlogged.pop(reason, 0)
