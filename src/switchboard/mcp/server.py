@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import mcp_types as types
+import psycopg
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
@@ -39,12 +40,12 @@ from starlette.types import Scope, Send
 
 from .. import __version__
 from ..core import endpoints, todos
-from ..core.errors import NotFound, Unauthorized
+from ..core.errors import NotFound, Unauthorized, Unavailable
 from ..core.inputs import LEASE_MAX_SECONDS
-from ..core.models import EndpointCaller
+from ..core.models import Core, EndpointCaller
 from ..runtime import Component, Runtime
 from . import tools
-from .auth import CredentialCache
+from .auth import CredentialCache, Principal
 from .descriptors import DescriptorGuard, raise_soft_limit
 from .gateway import CALL_FACTS, CALLER_KEY, MAX_BODY_BYTES, Gateway, allowed_hostnames
 from .gateway import UNAUTHORIZED as UNAUTHORIZED_BODY
@@ -64,6 +65,7 @@ ENDING_REASONS = frozenset({"revoked", "rotated", "deleted"})  # credential chan
 REFUSED_GRACE_SECONDS = 30.0  # a revoked endpoint's session may still be told why, then it ends
 ENDED_REMEMBERED_SECONDS = 600.0  # how long a session ended for its credential is answered 401
 MAX_ENDED_REMEMBERED = 10_000
+LOST_DATABASE = "database connection was lost; retry"
 
 
 def connection_of(session: Any) -> Any:
@@ -111,6 +113,22 @@ def instructions_for(caller: EndpointCaller | None, default_lease: int, extra: l
     ]
     lines.extend(extra)
     return "\n".join(lines)
+
+
+class _Credentials(CredentialCache):
+    """The credential cache, with a lookup whose database connection broke under it (a restarted or
+    terminated PostgreSQL) reported as `unavailable`, which the gateway answers 503 with Retry-After,
+    as it answers a database that does not answer in time; it used to escape as an HTTP 500. After a
+    restart every process drops its whole cache (the LISTEN connection was lost), so the next request
+    of every agent looks its credential up (soak finding 5, docs/reliability.md)."""
+
+    async def resolve(self, core: Core, credential: str, session_id: str | None = None) -> Principal | None:
+        try:
+            return await super().resolve(core, credential, session_id)
+        except psycopg.OperationalError as exc:
+            if isinstance(exc, Unavailable):  # DatabaseUnavailable: already the core's error
+                raise
+            raise Unavailable(LOST_DATABASE) from exc
 
 
 class _SwitchboardServer(Server):
@@ -163,7 +181,7 @@ class McpSurface:
             # for; sessions without a held stream cost no descriptor, hence twice the limit.
             max_sessions=max(10_000, 2 * soft_fds))
         tag_session_ids(self.manager, self.settings.instance_id)  # routable ids (docs/deploy.md)
-        self.credentials = CredentialCache(self.settings.mcp_auth_cache_seconds)
+        self.credentials = _Credentials(self.settings.mcp_auth_cache_seconds)
         self.credentials.session_owner = self._session_owner
         self.manager.unknown_session = self._refuse_ended
         self.gateway = Gateway(StreamableHTTPASGIApp(self.manager), self.settings, lambda: self.runtime.core,
