@@ -1280,16 +1280,18 @@ class Soak:
         outcomes = Counter(f"{a['outcome']}/{a['disposition']}" for a in attempts)
         pushed = Counter(rec["state"] for rec in self.pushes.values())
 
-        def window_of(t: float) -> str:  # the latest fault that had started, while it lasted or settled
+        def window_of(t0: float, t1: float) -> str:
+            """The latest fault whose window (while it lasted, or settled) the call was in flight in: a
+            call sent just before a database restart and cut by it belongs to the restart."""
             for kind, start, end in reversed(self.windows):
-                if start <= t <= end + self.args.settle:
+                if start <= t1 and t0 <= end + self.args.settle:
                     return kind
             return "(no fault)"
 
         lat: dict[str, list[float]] = defaultdict(list)
         errs: dict[str, Counter] = defaultdict(Counter)
         for c in calls:
-            w = window_of(c["t0"])
+            w = window_of(c["t0"], c.get("t1") or c["t0"])
             first = (c.get("c") or "").endswith("/1")  # a fresh connection's first call: start-up, not the fault
             if c["tool"] == "claim_next" and c["r"] in ("ok", "empty") and not first:
                 lat[w].append((c["t1"] - c["t0"]) * 1000)
