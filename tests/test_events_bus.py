@@ -155,10 +155,11 @@ async def test_every_ready_transition_sends_a_wakeup_with_todo_endpoint_queue_an
     assert len(got) == 10  # six creations + release + reap + re-queue + manual retry
     for n in notes:
         assert n["endpoint_id"] == endpoint
+        assert n["team_id"] is None  # an endpoint's todo (migration 0018 names a team todo's team)
         # A creation's wake-up stands for its statement's todos on that queue (migration 0014): it
         # names the first and says how many; the other wake-ups name their one todo.
         extra = {"count"} if n["reason"] == "created" else set()
-        assert set(n) == {"todo_id", "endpoint_id", "queue", "reason"} | extra
+        assert set(n) == {"todo_id", "endpoint_id", "team_id", "queue", "reason"} | extra
         assert n.get("count", 1) == 1
     assert [n["queue"] for n in notes if n["todo_id"] == created["id"]] == ["ops"]
 
