@@ -19,9 +19,14 @@ cProfile with a CPU clock over the measured cycles only (`--profile-era 2026-07-
 stateless path, `--profile-only` to skip everything else) and prints where its time per cycle goes;
 `--levers` (on by default) starts one server per per-call lever turned back
 (bench/mcp_variant_server.py) and prints each one's cycles/s beside the shipped server's.
+`--layers` times, in this process and without sockets, each layer in front of the SDK (the app's
+wrappers, Starlette's routing, the route's guard, the gateway), uvicorn's HTTP protocol with and
+without the head and body deadlines, and PostgreSQL's CPU for the endpoint check each statement
+makes; run it with PYTHONPATH naming another tree's src to compare trees.
 
     make bench                                   # after the store bench
     .venv/bin/python bench/mcp_bench.py --quick  # about 1 minute
+    .venv/bin/python bench/mcp_bench.py --layers # what each layer in front of the SDK costs
 """
 
 from __future__ import annotations
@@ -617,6 +622,247 @@ async def levers(uri: str, slug: str, credential: str, seconds: float, args: arg
              "cpu_vs_shipped": statistics.median(x[1] for x in xs) / base[era]} for (v, era), xs in samples.items()]
 
 
+# ------------------------------------------------------------------------------------ layers
+
+LAYER_ROUNDS = 7
+LIVE_FUNCTION = "switchboard_endpoint_live(uuid)"
+LIVE_CHEAP = ("CREATE OR REPLACE FUNCTION switchboard_endpoint_live(ep uuid) RETURNS boolean "
+              "LANGUAGE sql STABLE AS $$ SELECT true $$")
+
+
+class _FakeTransport:
+    """Just enough of an asyncio transport for uvicorn's HTTP protocol; completes a waiter with each
+    whole response written."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.waiter: asyncio.Future | None = None
+
+    def get_extra_info(self, name: str, default=None):
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 5555)}.get(name, default)
+
+    def write(self, data: bytes) -> None:
+        self.buf += data
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0 or self.waiter is None or self.waiter.done():
+            return
+        head = bytes(self.buf[:end]).lower()
+        at = head.find(b"content-length:")
+        length = int(head[at + 15:].split(b"\r\n", 1)[0]) if at >= 0 else 0
+        if len(self.buf) >= end + 4 + length:
+            del self.buf[:end + 4 + length]
+            self.waiter.set_result(None)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _front_scope(era: str) -> dict:
+    headers = [(b"host", b"127.0.0.1:8000"), (b"authorization", b"Bearer sbk_" + b"A" * 43),
+               (b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream"),
+               (b"content-length", b"60")]
+    if era == SESSION_ERA:
+        headers += [(b"mcp-session-id", b"0" * 32), (b"mcp-protocol-version", SESSION_ERA.encode())]
+    else:
+        headers += [(b"mcp-protocol-version", MODERN_ERA.encode()), (b"mcp-method", b"tools/call"),
+                    (b"mcp-name", b"claim_next")]
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "server": ("127.0.0.1", 8000),
+            "client": ("127.0.0.1", 5555), "scheme": "http", "method": "POST", "root_path": "",
+            "path": "/mcp/bench", "raw_path": b"/mcp/bench", "query_string": b"", "headers": headers,
+            "state": {}, "path_params": {"slug": "bench"}}
+
+
+async def front_layers(requests: int) -> list[str]:
+    """CPU per request of what stands in front of the MCP SDK, in this process: the app built as
+    `switchboard serve` builds it, with the SDK's app replaced by a stub that answers at once and
+    the credential lookup by a fixed endpoint (the cache still runs), then with each layer taken
+    out in turn; and uvicorn's HTTP protocol with the head and body deadlines against without them,
+    on a fake transport. Rounds alternate the variants; medians of LAYER_ROUNDS."""
+    import uuid as uuid_
+
+    from switchboard import logs
+    from switchboard.web.app import create_app
+
+    settings = load_settings(database_url="postgresql://127.0.0.1:1/none",  # never connected
+                             host="127.0.0.1", port=8000, rate_limit_rps=1e9, rate_limit_burst=10**9)
+    logs.configure("info", "json", stream=open(os.devnull, "w"))  # one line per request, as served
+    row = {"id": uuid_.uuid4(), "agent_id": uuid_.uuid4(), "scope_queues": [QUEUE], "scope_verbs": ["claim_next"],
+           "default_lease_ttl_seconds": None, "slug": "bench", "agent_name": "bench", "expires_at": None}
+
+    async def fixed_endpoint(core, credential):
+        return dict(row)
+
+    original = endpoints.resolve_credential
+    endpoints.resolve_credential = fixed_endpoint
+    try:
+        return await _time_front(create_app(settings), settings, requests)
+    finally:
+        endpoints.resolve_credential = original
+
+
+async def _time_front(app, settings, requests: int) -> list[str]:
+    import uvicorn
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    from uvicorn.server import ServerState
+
+    async def sdk_stub(scope, receive, send) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"36")]})
+        await send({"type": "http.response.body", "body": b'{"jsonrpc":"2.0","id":1,"result":{}}'})
+
+    wrappers, inner = [], app
+    while type(inner).__name__ != "Starlette":
+        wrappers.append(inner)
+        inner = inner.app
+    route = next(r for r in inner.router.routes if getattr(r, "path", "") == "/mcp/{slug}")
+    front = route.app
+    gateway = front if type(front).__name__ == "Gateway" else front.app
+    gateway.app, gateway.core = sdk_stub, (lambda: None)
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: dict) -> None:
+        pass
+
+    targets: dict[str, object] = {"whole front": app}
+    for i, wrapper in enumerate(wrappers):
+        targets[f"without {type(wrapper).__name__}"] = None if i else wrapper.app
+    targets["Starlette app, route, gateway"] = inner
+    if front is not gateway:
+        targets[f"route front ({type(front).__name__}) and gateway"] = front
+    targets["gateway alone"] = gateway
+    targets["stub alone"] = sdk_stub
+
+    results: dict[tuple[str, str], list[float]] = {}
+    for era in (SESSION_ERA, MODERN_ERA):
+        for rnd in range(LAYER_ROUNDS + 1):
+            for name, target in targets.items():
+                relink = None
+                if target is None:  # an inner wrapper: link the one before it past it for now
+                    i = [f"without {type(w).__name__}" for w in wrappers].index(name)
+                    before, skipped = wrappers[i - 1], wrappers[i]
+                    before.app, relink = skipped.app, (before, skipped)
+                    target = app
+                t0 = time.process_time()
+                for _ in range(requests):
+                    await target(_front_scope(era), receive, send)
+                us = (time.process_time() - t0) * 1e6 / requests
+                if relink:
+                    relink[0].app = relink[1]
+                if rnd:
+                    results.setdefault((name, era), []).append(us)
+    lines = ["| in front of the SDK, this process | session era µs/request | 2026-07-28 era µs/request |",
+             "| --- | ---: | ---: |"]
+    for name in targets:
+        cells = [f"{statistics.median(results[(name, era)]):.1f}" for era in (SESSION_ERA, MODERN_ERA)]
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+
+    # The HTTP protocol: one keep-alive connection, a small POST and a small JSON answer.
+    kinds: dict[str, type] = {"uvicorn's httptools protocol": HttpToolsProtocol}
+    try:
+        from switchboard.web import transport
+        kinds["with the head and body deadlines (web/transport.py)"] = transport.protocol_for(settings)
+    except ImportError:
+        pass
+    request = (b"POST /x HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nContent-Type: application/json\r\n"
+               b"Content-Length: 2\r\n\r\n{}")
+    loop = asyncio.get_running_loop()
+    state = ServerState()
+    configs = {}
+    for name, cls in kinds.items():
+        config = uvicorn.Config(sdk_stub, http=cls, lifespan="off", log_config=None, access_log=False)
+        config.load()
+        configs[name] = config
+    protocol_us: dict[str, list[float]] = {name: [] for name in kinds}
+    for rnd in range(LAYER_ROUNDS + 1):
+        for name, cls in kinds.items():
+            fake = _FakeTransport()
+            protocol = cls(config=configs[name], server_state=state, app_state={}, _loop=loop)
+            protocol.connection_made(fake)
+            t0 = time.process_time()
+            for _ in range(requests):
+                fake.waiter = loop.create_future()
+                protocol.data_received(request)
+                await fake.waiter
+            us = (time.process_time() - t0) * 1e6 / requests
+            protocol.connection_lost(None)
+            if rnd:
+                protocol_us[name].append(us)
+    lines += ["", "| HTTP protocol, one keep-alive connection, this process | µs/request |", "| --- | ---: |"]
+    lines += [f"| {name} | {statistics.median(xs):.1f} |" for name, xs in protocol_us.items()]
+    return lines
+
+
+async def live_check_cost(core: Core, caller, cycles: int) -> list[str]:
+    """PostgreSQL CPU per claim_next + complete cycle (the core, one connection) with the endpoint
+    check every statement runs (`switchboard_endpoint_live`, migration 0008) as shipped, and with it
+    replaced by `SELECT true` on this benchmark's database (put back afterwards); rounds alternate."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute("SELECT to_regprocedure(%s) IS NOT NULL AS here", (LIVE_FUNCTION,))
+        if not (await cur.fetchone())["here"]:
+            return ["(no endpoint check function in this tree)"]
+        cur = await conn.execute("SELECT pg_get_functiondef(%s::regprocedure) AS d, pg_backend_pid() AS pid",
+                                 (LIVE_FUNCTION,))
+        got = await cur.fetchone()
+    shipped, pid = got["d"], got["pid"]
+    samples: dict[str, list[float]] = {"as shipped": [], "replaced by SELECT true": []}
+    try:
+        for rnd in range(LAYER_ROUNDS // 2 + 2):
+            for name in samples:
+                async with core.pool.connection() as conn:
+                    await conn.execute(shipped if name == "as shipped" else LIVE_CHEAP)
+                await core_cycles_n(core, caller, 50)  # plans made again with the function as it is now
+                cpu0 = _proc_cpu(pid)
+                await core_cycles_n(core, caller, cycles)
+                cpu1 = _proc_cpu(pid)
+                if rnd and cpu0 is not None and cpu1 is not None:
+                    samples[name].append((cpu1 - cpu0) * 1e6 / cycles)
+    finally:
+        async with core.pool.connection() as conn:
+            await conn.execute(shipped)
+    if not all(samples.values()):
+        return ["(PostgreSQL's CPU cannot be read from /proc here)"]
+    return ["", "| endpoint check in each statement | PostgreSQL CPU µs per claim_next + complete |", "| --- | ---: |",
+            *(f"| {name} | {statistics.median(xs):,.0f} |" for name, xs in samples.items())]
+
+
+async def core_cycles_n(core: Core, caller, n: int) -> None:
+    for _ in range(n):
+        got = await todos.claim_next(core, caller, queue=QUEUE)
+        if got is None:
+            raise RuntimeError("the queue ran dry: seed more todos")
+        await todos.complete(core, caller, got.todo["id"])
+
+
+async def run_layers(args: argparse.Namespace) -> None:
+    lines = await front_layers(args.layer_requests)
+    async with database(args.keep) as uri:
+        settings = load_settings(database_url=uri)
+        pool = await open_pool(uri, min_size=1, max_size=1)
+        try:
+            core = Core(pool=pool, settings=settings)
+            human = await humans.add(core, "bench", "bench-password")
+            ep, credential = await endpoints.vend(core, human, agent="bench", queues=[QUEUE], lease_ttl=1800)
+            caller = endpoints.caller_from_row(await endpoints.resolve_credential(core, credential))
+            cycles = args.layer_requests // 4
+            await seed(core, ep["endpoint_id"], (LAYER_ROUNDS // 2 + 2) * 2 * (cycles + 50) + 1000)
+            lines += await live_check_cost(core, caller, cycles)
+        finally:
+            await pool.close()
+    print("\n".join(lines))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=10.0, help="length of each measurement (default 10)")
@@ -632,12 +878,19 @@ def main() -> None:
                    help=f"the protocol era of the profiled cycles (default {SESSION_ERA}; {MODERN_ERA} is stateless)")
     p.add_argument("--profile-only", action="store_true",
                    help="only the profile (with --profile): no calls/s, cycles/s or memory figures")
+    p.add_argument("--layers", action="store_true",
+                   help="only the cost of each layer in front of the SDK (in this process), of the HTTP deadlines, "
+                        "and PostgreSQL's cost of the endpoint check in each statement")
+    p.add_argument("--layer-requests", type=int, default=5000, help="requests per --layers measurement (default 5000)")
     p.add_argument("--serve-profiled", metavar="FILE", help=argparse.SUPPRESS)  # the profiled server process
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--keep", action="store_true", help="keep the benchmark database")
     args = p.parse_args()
     if args.serve_profiled:
         serve_profiled(args.serve_profiled)
+        return
+    if args.layers:
+        asyncio.run(run_layers(args))
         return
     if args.profile_only and not args.profile:
         p.error("--profile-only needs --profile FILE")
