@@ -125,7 +125,7 @@ IDLE_SECONDS = 3.0  # each idle window, before and after the attack
 PROBE_PAUSE = 0.01
 # p99 under attack within twice the idle p99 of the same round, plus 20 ms for a two-core machine
 # loaded by other work (argon2's four lanes, at nice 19, still cost the loop a few ms of wake-up
-# latency there: measured 1.8-2.9x at load averages of 6 to 9). What this guards against misses it
+# latency there: measured 1.2-3.1x at load averages of 3 to 10). What this guards against misses it
 # by far: argon2 on the event loop (p99 1.4-3 s) or its lanes at normal priority (5.6-6.8x).
 P99_FACTOR = 2.0
 P99_MARGIN = 0.020
