@@ -53,32 +53,24 @@ SELECT * FROM todos
 
 -- name: claim
 -- A claim by id. On a team todo the caller's reach is share-locked until commit, as for claim_next
--- (team_targets_locked): an endpoint's grant and its own row, a human's membership. An ungrant, a
--- removal or a revocation then waits for the claim and hands its lease back, or commits first and the
--- claim finds nothing.
+-- (team_targets_locked): an endpoint's grant and its own row (`scope` checks the membership), a
+-- human's membership. An ungrant, a removal (which deletes the grant) or a revocation then waits for
+-- the claim and hands its lease back, or commits first and the claim finds nothing.
+-- Written tight: psycopg caches the parsing of a statement only up to 4,096 characters.
 WITH reach AS (
-    SELECT g.team_id FROM todos x
-      JOIN team_grants g ON g.endpoint_id = %(endpoint_id)s::uuid AND g.team_id = x.team_id AND g.queue = x.queue
-      JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
-      JOIN endpoints e ON e.id = g.endpoint_id
-     WHERE x.id = %(id)s AND e.state = 'active' AND (e.expires_at IS NULL OR e.expires_at > now())
-       FOR SHARE OF g, e
+SELECT 1 FROM todos x JOIN team_grants g USING (team_id, queue) JOIN endpoints e ON e.id = g.endpoint_id
+AND e.state = 'active' WHERE x.id = %(id)s AND g.endpoint_id = %(endpoint_id)s FOR SHARE OF g, e
 ), member AS (
-    SELECT m.team_id FROM todos x JOIN team_members m ON m.team_id = x.team_id
-     WHERE x.id = %(id)s AND m.human_id = %(human_id)s::uuid
-       FOR SHARE OF m
+SELECT 1 FROM todos x JOIN team_members m USING (team_id) WHERE x.id = %(id)s AND m.human_id = %(human_id)s
+FOR SHARE OF m
 ), t AS (
-    SELECT todos.id, todos.state AS prior_state, todos.attempts_total AS prior_total
-      FROM todos
-     WHERE todos.id = %(id)s AND {{scope}} AND {{unpoliced_todo}}
-       AND (todos.team_id IS NULL OR EXISTS (SELECT 1 FROM reach) OR EXISTS (SELECT 1 FROM member))
-       AND (todos.assignee IS NULL OR todos.assignee = %(owner)s OR %(human_id)s::uuid IS NOT NULL)
-       AND (todos.state = 'pending'
-            OR (todos.state = 'claimed' AND todos.lease_expires_at < now()
-                AND todos.attempt < todos.max_attempts)
-            OR (todos.state = 'failed' AND todos.next_retry_at <= now()
-                AND todos.attempt < todos.max_attempts))
-       FOR UPDATE
+SELECT id, state AS prior_state, attempts_total AS prior_total FROM todos
+WHERE id = %(id)s AND {{scope}} AND {{unpoliced_todo}}
+AND (team_id IS NULL OR EXISTS (SELECT 1 FROM reach) OR EXISTS (SELECT 1 FROM member))
+AND (assignee IS NULL OR assignee = %(owner)s OR %(human_id)s IS NOT NULL)
+AND (state = 'pending' OR (state = 'claimed' AND lease_expires_at < now() AND attempt < max_attempts)
+OR (state = 'failed' AND next_retry_at <= now() AND attempt < max_attempts))
+FOR UPDATE
 )
 {{claim_tail}}
 
