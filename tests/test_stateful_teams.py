@@ -578,6 +578,30 @@ class TeamMachine(RuleBasedStateMachine):
             self.lapse_lease(t)
         return t
 
+    @rule(team=TEAM, n=st.integers(0, 20), how=st.sampled_from(["remove", "leave", "ungrant"]))
+    def hand_back_drill(self, team, n, how):
+        """A worker holding a lease on the team queue loses the queue: its human is removed by an owner,
+        or leaves, or a manager takes the grant back; the lease is handed back (`released`)."""
+        label = LABEL[team]
+        owners = sorted(h for h, r in self.members[team].items() if r == "owner")
+        workers = [e["i"] for e in self.eps if self.ep_reaches_label(e, label)
+                   and not (how != "ungrant" and owners == [e["human"]])]  # the last owner stays
+        if not workers or not owners:
+            return
+        e = workers[n % len(workers)]
+        before = self.counts["ok:claim_next"]
+        self.claim_next(e, queue=label)
+        if self.counts["ok:claim_next"] == before:
+            return
+        human = self.eps[e]["human"]
+        if how == "remove":
+            self.remove_member(next(o for o in owners if o != human) if human in owners else owners[0], team, human)
+        elif how == "leave":
+            self.leave(human, team)
+        else:
+            self.ungrant(owners[0], team, e)
+        self.ok(f"hand-back drill {how}")
+
     @rule(team=TEAM, n=st.integers(0, 20), why=st.sampled_from(["paused", "window_exhausted", "in_flight_full"]))
     def deferral_drill(self, team, n, why):
         """A manager closes the team queue (pauses it, spends its budget down to what was used, or caps

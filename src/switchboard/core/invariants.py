@@ -13,7 +13,8 @@ Returns a list of violations (empty when the database is consistent):
   max_attempts: a todo released at the cap is claimable again and dead-letters on its next end);
 - no attempt ends before it was claimed;
 - an owner's lease extension is recorded only on an agent's attempt (the owner's own extension of
-  their own lease is a heartbeat), never before the claim;
+  their own lease is a heartbeat), or on a team todo on another member's (a todo has one owning human,
+  a team many), never before the claim;
 - an attempt keeps at most NOTES_MAX_PER_ATTEMPT progress notes, none written before its claim or
   after it closed.
 
@@ -95,8 +96,9 @@ CHECKS = {
     "attempt ended before it was claimed": """
         SELECT todo_id FROM todo_attempts WHERE ended_at < claimed_at""",
     "owner extension on the owner's own attempt, or before its claim": """
-        SELECT todo_id FROM todo_attempts
-         WHERE owner_extended_at IS NOT NULL AND (claimer_kind = 'owner' OR owner_extended_at < claimed_at)""",
+        SELECT a.todo_id FROM todo_attempts a JOIN todos t ON t.id = a.todo_id
+         WHERE a.owner_extended_at IS NOT NULL
+           AND ((a.claimer_kind = 'owner' AND t.team_id IS NULL) OR a.owner_extended_at < a.claimed_at)""",
     "attempt notes over the bound, or written outside the attempt": f"""
         SELECT todo_id FROM todo_attempts
          WHERE jsonb_array_length(notes) > {NOTES_MAX_PER_ATTEMPT}
