@@ -1,0 +1,404 @@
+"""Team queue benchmark (issue 13): claim_next + complete cycles/s on a team queue drained by 20
+endpoints of three members, with and without an admission policy, beside today's single-endpoint
+figure, in one run.
+
+Variants, interleaved in rounds (the order rotated each round) so that noise on the shared machine
+hits all of them alike:
+
+  single       `todos.claim_next` + `todos.complete` by one endpoint on its own queue (the store
+               benchmark's `core` variant: today's path)
+  team         the same calls on a team queue `team:bench/work`, by 20 endpoints of three members:
+               worker i uses endpoint (i + k * workers) mod 20 on its k-th cycle, so every endpoint
+               drains the queue whatever the worker count
+  team-policy  the same on `team:bench/policed` (20 other endpoints) under an admission policy that
+               never refuses (max_in_flight 1,000, 1,000,000 claims a day): every claim takes the
+               policed path (policy row locked, judged, charged, in one transaction)
+
+Each database first gets 20,000 done todos with one completed attempt each (as the store benchmark
+does), and every queue a backlog of pending todos topped up before each measurement. CPU per cycle
+of this process and of the embedded PostgreSQL is reported next to the rates.
+
+With --levers two measurement-only variants join the rotation, each on its own queue and endpoints:
+
+  team-nolock          `team` with the claim statement's share locks on the grant and endpoint rows
+                       removed (what the locks that make removal and revocation safe cost)
+  team-policy-generic  `team-policy` from a second pool whose sessions run with plan_cache_mode =
+                       force_generic_plan (what planning the admission verdict's query on every call
+                       costs: PostgreSQL picks a custom plan for it each time)
+
+With --explain the run ends with EXPLAIN ANALYZE (rolled back) of each variant's claim statement, and
+of the admission verdict, on the loaded database, and with the number of generic and custom plans
+each prepared statement got in ten executions.
+
+    .venv/bin/python bench/team_bench.py                          # about 3 minutes on 2 cores
+    .venv/bin/python bench/team_bench.py --rounds 2 --seconds 1.5 # a quick look
+    .venv/bin/python bench/team_bench.py --workers 4 --explain
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import store_bench
+from store_bench import (
+    BULK_LOAD,
+    HISTORY_LOAD,
+    Databases,
+    ServerCpu,
+    Variant,
+    _Overlay,
+    fmt_table,
+    loadavg,
+    machine_info,
+    measure,
+    paired_ratio,
+    postgres_server,
+    server_facts,
+    statements_swapped,
+)
+from switchboard.config import load_settings
+from switchboard.core import admission, endpoints, humans, teams, todos
+from switchboard.core.models import Core, EndpointCaller
+from switchboard.core.queries import Q
+from switchboard.db.pool import open_pool
+
+OWN_QUEUE = "bench"
+TEAM = "bench"
+TEAM_QUEUE = f"team:{TEAM}/work"
+POLICED_QUEUE = f"team:{TEAM}/policed"
+NOLOCK_QUEUE = f"team:{TEAM}/nolock"
+GENERIC_QUEUE = f"team:{TEAM}/generic"
+LOCKS = "\n   FOR SHARE OF g, e"
+ENDPOINTS = 20
+MEMBERS = 3
+LEASE_TTL = 1800
+LOAD_CHUNK = 50_000
+
+TEAM_LOAD = """
+INSERT INTO todos (id, team_id, queue, title, created_at, updated_at)
+SELECT 'td_' || gen_random_uuid(), %(team_id)s, %(queue)s, 'bench ' || g,
+       now() + g * interval '1 microsecond', now()
+  FROM generate_series(1, %(n)s) AS g
+"""
+
+
+@dataclass
+class Queue:
+    name: str
+    callers: list[EndpointCaller]
+    load_sql: str
+    load_params: dict
+    pending: int = 0
+    core: Core | None = None  # another core than the bench's (team-policy-generic)
+
+
+@dataclass
+class Bench:
+    uri: str
+    core: Core
+    queues: dict[str, Queue]
+
+    async def top_up(self, backlog: int) -> None:
+        for q in self.queues.values():
+            n = backlog - q.pending
+            if n <= 0:
+                continue
+            async with self.core.pool.connection() as conn:
+                for start in range(0, n, LOAD_CHUNK):
+                    await conn.execute(q.load_sql, {**q.load_params, "n": min(LOAD_CHUNK, n - start)})
+            q.pending += n
+
+
+async def open_bench(uri: str, history: int, levers: bool = False) -> Bench:
+    """One database: a human with one endpoint on its own queue; a team of three humans, 20 endpoints
+    on the team queue and 20 on the policed team queue (vended by their humans, granted by the owner),
+    and with `levers` 20 more on each of the lever queues."""
+    pool = await open_pool(uri, min_size=2, max_size=20)  # as the served app opens it (web/app.py)
+    core = Core(pool=pool, settings=load_settings(database_url=uri, log_format="text"))
+    solo = await humans.add(core, "solo")
+    _, credential = await endpoints.vend(core, solo, agent="bench", queues=[OWN_QUEUE])
+    single = endpoints.caller_from_row(await endpoints.resolve_credential(core, credential), "bench-session")
+    people = [await humans.add(core, f"member-{i}") for i in range(MEMBERS)]
+    await teams.create(core, people[0], TEAM)
+    for i, person in enumerate(people[1:], start=1):
+        await teams.add_member(core, people[0], TEAM, person.name, "admin" if i == 1 else "member")
+    labels = [TEAM_QUEUE, POLICED_QUEUE] + ([NOLOCK_QUEUE, GENERIC_QUEUE] if levers else [])
+    callers: dict[str, list[EndpointCaller]] = {label: [] for label in labels}
+    for label in labels:
+        for n in range(ENDPOINTS):
+            who = people[n % MEMBERS]
+            ep, cred = await endpoints.vend(core, who, agent=f"fleet-{n // MEMBERS}", queues=[label])
+            if ep.get("awaiting_grant"):
+                await teams.grant(core, people[0], TEAM, label, ep["slug"])
+            row = await endpoints.resolve_credential(core, cred)
+            callers[label].append(endpoints.caller_from_row(row, f"fleet-{label[-4:]}-{n}"))
+    for label in labels[1::2]:  # the policed queues
+        await admission.set_policy(core, people[0], label, max_in_flight=1000, max_claims_per_window=1_000_000,
+                                   window_spec=admission.window("day"))
+    async with core.pool.connection() as conn:
+        cur = await conn.execute("SELECT id FROM teams WHERE slug = %s", (TEAM,))
+        team_id = (await cur.fetchone())["id"]
+        await conn.execute(HISTORY_LOAD, {"endpoint_id": single.endpoint_id, "queue": "history",
+                                          "owner": single.owner, "n": history})
+    queues = {"single": Queue(OWN_QUEUE, [single], BULK_LOAD, {"endpoint_id": single.endpoint_id, "queue": OWN_QUEUE})}
+    for key, label in zip(("team", "team-policy", "team-nolock", "team-policy-generic"), labels, strict=False):
+        queues[key] = Queue(label, callers[label], TEAM_LOAD, {"team_id": team_id, "queue": label})
+    if levers:
+        generic = psycopg.conninfo.make_conninfo(uri, options="-c plan_cache_mode=force_generic_plan")
+        pool2 = await open_pool(generic, min_size=2, max_size=20)
+        queues["team-policy-generic"].core = Core(pool=pool2, settings=core.settings)
+    return Bench(uri, core, queues)
+
+
+def variants(bench: Bench) -> list[Variant]:
+    core = bench.core
+
+    async def single_worker(deadline: float) -> tuple[int, bool]:
+        caller = bench.queues["single"].callers[0]
+        n = 0
+        while time.perf_counter() < deadline:
+            got = await todos.claim_next(core, caller, lease_ttl_seconds=LEASE_TTL)
+            if got is None:
+                return n, True
+            await todos.complete(core, caller, got.todo["id"])
+            n += 1
+        return n, False
+
+    async def team_worker(q: Queue, i: int, workers: int, deadline: float) -> tuple[int, bool]:
+        c = q.core or core
+        n = 0
+        while time.perf_counter() < deadline:
+            caller = q.callers[(i + n * workers) % len(q.callers)]
+            got = await todos.claim_next(c, caller, queue=q.name, lease_ttl_seconds=LEASE_TTL)
+            if got is None:
+                return n, True
+            await todos.complete(c, caller, got.todo["id"])
+            n += 1
+        return n, False
+
+    async def gather(coros) -> tuple[int, bool]:
+        done = await asyncio.gather(*coros)
+        return sum(n for n, _ in done), any(s for _, s in done)
+
+    def run_single(w: int, deadline: float):
+        return gather([single_worker(deadline) for _ in range(w)])
+
+    def run_team(key: str):
+        def run(w: int, deadline: float):
+            return gather([team_worker(bench.queues[key], i, w, deadline) for i in range(w)])
+        return run
+
+    nolock = _Overlay("todos", {"claim_next_mixed": Q.todos.claim_next_mixed.replace(LOCKS, "")})
+
+    def run_nolock(w: int, deadline: float):
+        async def go():
+            with statements_swapped(nolock):
+                return await gather([team_worker(bench.queues["team-nolock"], i, w, deadline) for i in range(w)])
+        return go()
+
+    out = [Variant("single", run_single), Variant("team", run_team("team")),
+           Variant("team-policy", run_team("team-policy"))]
+    if "team-nolock" in bench.queues:
+        if LOCKS not in Q.todos.claim_next_mixed:
+            raise SystemExit("bench: the core's claim_next_mixed no longer locks as team-nolock expects; update it")
+        out += [Variant("team-nolock", run_nolock), Variant("team-policy-generic", run_team("team-policy-generic"))]
+    return out
+
+
+async def explain(bench: Bench) -> str:
+    """EXPLAIN ANALYZE, rolled back, of each variant's claim statement and of the admission verdict."""
+    single = bench.queues["single"].callers[0]
+    team = bench.queues["team"].callers[0]
+    policed = bench.queues["team-policy"].callers[0]
+
+    def claim_params(caller: EndpointCaller, **kw) -> dict:
+        return {"human_id": None, "endpoint_id": caller.endpoint_id, "owner": caller.owner, "ttl": LEASE_TTL,
+                "claimant": None, "new_token_hash": None, "claimer_kind": "endpoint",
+                "claimer_endpoint_id": caller.endpoint_id, "session": None, "admitted": False, **kw}
+
+    cases = [
+        ("single: claim_next_one", Q.todos.claim_next_one, claim_params(single, queues=[OWN_QUEUE], queue=OWN_QUEUE)),
+        ("team: claim_next_mixed", Q.todos.claim_next_mixed,
+         claim_params(team, queues=[], team_queues=[TEAM_QUEUE])),
+        ("team-policy: verdicts", Q.admission.verdicts, {"endpoint_id": policed.endpoint_id,
+                                                         "claimer_id": policed.endpoint_id,
+                                                         "queues": [POLICED_QUEUE]}),
+        ("team-policy: claim_next_mixed (admitted)", Q.todos.claim_next_mixed,
+         claim_params(policed, queues=[], team_queues=[POLICED_QUEUE], admitted=True)),
+    ]
+    out = []
+    async with await psycopg.AsyncConnection.connect(bench.uri) as conn:
+        for title, sql, params in cases:
+            cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params)
+            out.append(f"--- {title}\n" + "\n".join(r[0] for r in await cur.fetchall()))
+            await conn.rollback()
+        # Does the prepared statement keep a generic plan (planned once) or is it planned on every
+        # call? Ten executions each, prepared from the first, rolled back.
+        conn.prepare_threshold = 0
+        counts = []
+        for title, sql, params in cases:
+            await conn.execute("DEALLOCATE ALL", prepare=False)
+            for _ in range(10):
+                await (await conn.execute(sql, params, prepare=True)).fetchall()
+            cur = await conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements", prepare=False)
+            g, c = (await cur.fetchall())[0]
+            counts.append(f"{title}: {g} generic, {c} custom plans")
+            await conn.rollback()
+        out.append("--- prepared plans after 10 executions (rolled back)\n" + "\n".join(counts))
+    return "\n\n".join(out)
+
+
+async def main(args: argparse.Namespace) -> int:
+    log = (lambda *_: None) if args.silent else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    worker_counts = [int(x) for x in args.workers.split(",")]
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    load_start = loadavg()
+    t0 = time.perf_counter()
+    info = machine_info()
+    with postgres_server() as (server_uri, server_how, pgdata):
+        store_bench.SERVER_CPU = ServerCpu(pgdata)
+        dbs = Databases(server_uri)
+        bench = None
+        try:
+            facts = await server_facts(server_uri)
+            log(f"PostgreSQL {facts['server_version']} ({server_how}); {info['nproc']} CPUs {info['cpu']}")
+            uri = await dbs.create("team")
+            bench = await open_bench(uri, args.history, args.levers)
+            await bench.top_up(args.backlog)
+            async with bench.core.pool.connection() as conn:
+                await conn.execute("VACUUM ANALYZE todos")
+                await conn.execute("VACUUM ANALYZE todo_attempts")
+            vs = variants(bench)
+            results = {v.name: {w: [] for w in worker_counts} for v in vs}
+            cpu = {v.name: {w: [] for w in worker_counts} for v in vs}
+            loads: list[float] = []
+            for v in vs:  # warm-up: pools, prepared statements, caches; not recorded
+                await bench.top_up(args.backlog)
+                got = await measure(v, max(worker_counts), 1.0)
+                bench.queues[v.name].pending -= got["cycles"]
+            log(f"{args.rounds} rounds x {len(worker_counts)} worker counts x {len(vs)} variants x {args.seconds:g} s")
+            for r in range(args.rounds):
+                for wi, w in enumerate(worker_counts):
+                    k = (r + wi) % len(vs)
+                    for v in vs[k:] + vs[:k]:
+                        await bench.top_up(args.backlog)
+                        got = await measure(v, w, args.seconds)
+                        bench.queues[v.name].pending -= got["cycles"]
+                        if got["starved"]:
+                            raise SystemExit(f"bench: {v.name} ran out of pending todos; raise --backlog")
+                        results[v.name][w].append(got["cps"])
+                        cpu[v.name][w].append((got["py_us"], got["pg_us"]))
+                        loads.append(loadavg()[0])
+                        log(f"  round {r + 1}/{args.rounds}  {w:>2} workers  {v.name:<12} {got['cps']:8.1f} cycles/s")
+            charged = None
+            async with bench.core.pool.connection() as conn:
+                cur = await conn.execute("SELECT charged FROM admission_policies WHERE queue = %s", (POLICED_QUEUE,))
+                charged = (await cur.fetchone())["charged"]
+                cur = await conn.execute("SELECT count(*) AS n FROM todo_attempts a JOIN todos t ON t.id = a.todo_id"
+                                         " WHERE t.queue = %s", (POLICED_QUEUE,))
+                policed_claims = (await cur.fetchone())["n"]
+            plans = await explain(bench) if args.explain else None
+        finally:
+            if bench is not None:
+                await bench.core.pool.close()
+                for q in bench.queues.values():
+                    if q.core is not None:
+                        await q.core.pool.close()
+            await dbs.drop_all()
+    load_end = loadavg()
+    total = time.perf_counter() - t0
+
+    names = [v.name for v in vs]
+    ratios = [("team", "single"), ("team-policy", "single"), ("team-policy", "team")]
+    if args.levers:
+        ratios += [("team-nolock", "team"), ("team-policy-generic", "team-policy")]
+    rows = []
+    for w in worker_counts:
+        rows.append([str(w)] + [f"{statistics.median(results[n][w]):,.0f}" for n in names]
+                    + [f"{paired_ratio(results[a][w], results[b][w]):.2f}" for a, b in ratios])
+
+    def cell(n: str, w: int) -> str:
+        xs = cpu[n][w]
+        py = statistics.median(x[0] for x in xs)
+        pg = [x[1] for x in xs if x[1] is not None]
+        return f"{py:.0f} + {statistics.median(pg):.0f}" if pg else f"{py:.0f} + ?"
+
+    machine = (f"{info['nproc']} CPUs ({info['cpu']}), {info['ram_gib']} GiB RAM, PostgreSQL "
+               f"{facts['server_version']} ({server_how}; shared_buffers {facts['shared_buffers']}, "
+               f"synchronous_commit {facts['synchronous_commit']}, fsync {facts['fsync']}), Python "
+               f"{info['python']}, psycopg {info['psycopg']}, event loop {args.loop}")
+    targets = [(f"{n} >= 0.90 x single at {w} workers", paired_ratio(results[n][w], results["single"][w]))
+               for w in worker_counts for n in ("team", "team-policy")]
+    out = "\n".join([
+        f"Team queue benchmark, {started}, {total:.0f} s",
+        f"machine: {machine}",
+        f"load average (1 min): {load_start[0]:.2f} at start, {min(loads):.2f}-{max(loads):.2f}"
+        f" (median {statistics.median(loads):.2f}) during, {load_end[0]:.2f} at end",
+        "",
+        f"claim_next + complete cycles/s (median of {args.rounds} rounds of {args.seconds:g} s; ratios are the"
+        f" median of per-round ratios); team queues drained by {ENDPOINTS} endpoints of {MEMBERS} members",
+        fmt_table(rows, ["workers", *names, *(f"{a}/{b}" for a, b in ratios)]),
+        "",
+        "CPU per cycle, microseconds: this Python process + PostgreSQL (median of the rounds)",
+        fmt_table([[str(w)] + [cell(n, w) for n in names] for w in worker_counts], ["workers", *names]),
+        "",
+        f"policy charges: {charged:,} units charged, {policed_claims:,} attempts opened on the policed queue"
+        + (" (equal)" if charged == policed_claims else " (DIFFER)"),
+        "",
+        "targets (issue 13: within 10 % of the single-endpoint figure):",
+        *(f"- {name}: {value:.2f} -> {'met' if value >= 0.90 else 'MISSED'}" for name, value in targets),
+    ])
+    print(out)
+    if plans:
+        print("\n" + plans)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "started": started, "seconds_total": total, "machine": info, "postgres": facts,
+            "loadavg": {"start": load_start, "end": load_end, "during": loads},
+            "throughput": {n: {str(w): xs for w, xs in by.items()} for n, by in results.items()},
+            "cpu_us_python_postgres": {n: {str(w): xs for w, xs in by.items()} for n, by in cpu.items()},
+        }, indent=2, default=str))
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workers", default="1,4,20", help="worker counts, comma separated (default 1,4,20)")
+    p.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
+    p.add_argument("--seconds", type=float, default=4.0, help="seconds per measurement (default 4)")
+    p.add_argument("--backlog", type=int, default=20_000, help="pending todos kept per queue (default 20,000)")
+    p.add_argument("--history", type=int, default=20_000,
+                   help="done todos with one attempt each, loaded first (default 20,000)")
+    p.add_argument("--explain", action="store_true", help="EXPLAIN ANALYZE the claim statements at the end")
+    p.add_argument("--levers", action="store_true", help="also the measurement-only variants team-nolock and"
+                                                          " team-policy-generic")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--silent", action="store_true", help="no progress lines on stderr")
+    return p.parse_args(argv)
+
+
+def run() -> int:
+    args = parse_args()
+    if args.loop == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            args.loop = "asyncio"
+        else:
+            return uvloop.run(main(args))
+    return asyncio.run(main(args))
+
+
+if __name__ == "__main__":
+    sys.exit(run())
