@@ -75,7 +75,7 @@ def test_make_test_writes_no_tracked_screenshot_and_make_screenshots_refreshes_t
     # Every test that takes a committed screenshot runs there: a name in docs/screens comes from one of them.
     taking = {"tests/test_board_screens.py", "tests/test_board_auth.py", "tests/test_board_drawer.py",
               "tests/test_a2ui_render.py", "tests/test_account.py", "tests/test_intake_board.py",
-              "tests/test_sinks_board.py"}
+              "tests/test_sinks_board.py", "tests/test_board_teams.py"}
     assert all(name in screenshots for name in taking), screenshots
     named = set()
     for test in taking:

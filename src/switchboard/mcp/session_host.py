@@ -217,6 +217,26 @@ class _Standalone:
 STANDALONE: Any = _Standalone()
 
 
+async def _detached(work: Awaitable[Any]) -> Any:
+    """Await a handler in a task of its own, so that cancelling the request (its client left: the
+    server ends the request at once, web/transport.py) returns at once: the handler is told to stop
+    and finishes its clean-up on its own (a statement waiting on a frozen database is cancelled there,
+    which may take until the database answers), instead of holding the request until then."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        task.add_done_callback(_retrieved)
+        raise
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A detached handler's end, read so that an error after its request ended is not reported unread."""
+    if not task.cancelled():
+        task.exception()
+
+
 class _SseAnswer:
     """The answer to one POST in SSE mode: headers at the first event, the response as the last."""
 
@@ -459,7 +479,7 @@ class LightSession:
         try:
             with scope:
                 try:
-                    result = await self._runner().on_request(dctx, message.method, message.params)
+                    result = await _detached(self._runner().on_request(dctx, message.method, message.params))
                     answer = pydantic_core.to_json({"jsonrpc": "2.0", "id": message.id, "result": result})
                 except Exception as exc:
                     error = handler_exception_to_error_data(exc)
