@@ -40,7 +40,7 @@ def main(variant: str) -> None:
     settings = load_settings()
     logs.configure("warning" if variant == "no-logs" else settings.log_level, settings.log_format)
     app = create_app(settings)
-    surface = app.state.ctx.shared["mcp"]
+    surface = app.state.surfaces.mcp
     if variant == "sse":
         surface.manager.json_response = False
     elif variant == "otel":
