@@ -27,7 +27,10 @@ from .models import Core, HumanCaller
 from .queries import Q, one
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
-_hasher = PasswordHasher()
+# One lane: argon2 then never holds more than one core, so a crowd of sign-ins leaves the event loop its
+# CPU (p99 under attack 1.3-2.0x idle against 1.2-3.1x with four lanes, docs/benchmarks.md); hashes
+# made with other parameters still verify (argon2 reads them from the hash).
+_hasher = PasswordHasher(parallelism=1)
 # Verifying against this keeps the time of an unknown name close to a wrong password.
 _DUMMY_HASH = _hasher.hash("switchboard-not-a-password")
 HASH_THREADS = 2
