@@ -25,6 +25,9 @@ With --levers two measurement-only variants join the rotation, each on its own q
   team-policy-generic  `team-policy` from a second pool whose sessions run with plan_cache_mode =
                        force_generic_plan (what planning the admission verdict's query on every call
                        costs: PostgreSQL picks a custom plan for it each time)
+  team-parsecache      `team` with psycopg's statement parsing cache raised from 4,096 characters to
+                       16,384 while it runs (the team claim statement is longer than 4,096, so psycopg
+                       parses it again on every call)
 
 With --explain the run ends with EXPLAIN ANALYZE (rolled back) of each variant's claim statement, and
 of the admission verdict, on the loaded database, and with the number of generic and custom plans
@@ -40,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import sys
 import time
@@ -47,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from psycopg import _queries as psycopg_queries
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import store_bench
@@ -78,6 +83,7 @@ TEAM_QUEUE = f"team:{TEAM}/work"
 POLICED_QUEUE = f"team:{TEAM}/policed"
 NOLOCK_QUEUE = f"team:{TEAM}/nolock"
 GENERIC_QUEUE = f"team:{TEAM}/generic"
+PARSE_QUEUE = f"team:{TEAM}/parse"
 LOCKS = "\n   FOR SHARE OF g, e"
 ENDPOINTS = 20
 MEMBERS = 3
@@ -132,7 +138,7 @@ async def open_bench(uri: str, history: int, levers: bool = False) -> Bench:
     await teams.create(core, people[0], TEAM)
     for i, person in enumerate(people[1:], start=1):
         await teams.add_member(core, people[0], TEAM, person.name, "admin" if i == 1 else "member")
-    labels = [TEAM_QUEUE, POLICED_QUEUE] + ([NOLOCK_QUEUE, GENERIC_QUEUE] if levers else [])
+    labels = [TEAM_QUEUE, POLICED_QUEUE] + ([NOLOCK_QUEUE, GENERIC_QUEUE, PARSE_QUEUE] if levers else [])
     callers: dict[str, list[EndpointCaller]] = {label: [] for label in labels}
     for label in labels:
         for n in range(ENDPOINTS):
@@ -142,7 +148,7 @@ async def open_bench(uri: str, history: int, levers: bool = False) -> Bench:
                 await teams.grant(core, people[0], TEAM, label, ep["slug"])
             row = await endpoints.resolve_credential(core, cred)
             callers[label].append(endpoints.caller_from_row(row, f"fleet-{label[-4:]}-{n}"))
-    for label in labels[1::2]:  # the policed queues
+    for label in (POLICED_QUEUE, GENERIC_QUEUE)[: 2 if levers else 1]:
         await admission.set_policy(core, people[0], label, max_in_flight=1000, max_claims_per_window=1_000_000,
                                    window_spec=admission.window("day"))
     async with core.pool.connection() as conn:
@@ -151,7 +157,8 @@ async def open_bench(uri: str, history: int, levers: bool = False) -> Bench:
         await conn.execute(HISTORY_LOAD, {"endpoint_id": single.endpoint_id, "queue": "history",
                                           "owner": single.owner, "n": history})
     queues = {"single": Queue(OWN_QUEUE, [single], BULK_LOAD, {"endpoint_id": single.endpoint_id, "queue": OWN_QUEUE})}
-    for key, label in zip(("team", "team-policy", "team-nolock", "team-policy-generic"), labels, strict=False):
+    for key, label in zip(("team", "team-policy", "team-nolock", "team-policy-generic", "team-parsecache"), labels,
+                          strict=False):
         queues[key] = Queue(label, callers[label], TEAM_LOAD, {"team_id": team_id, "queue": label})
     if levers:
         generic = psycopg.conninfo.make_conninfo(uri, options="-c plan_cache_mode=force_generic_plan")
@@ -206,13 +213,31 @@ def variants(bench: Bench) -> list[Variant]:
                 return await gather([team_worker(bench.queues["team-nolock"], i, w, deadline) for i in range(w)])
         return go()
 
+    def run_parsecache(w: int, deadline: float):
+        async def go():
+            before = psycopg_queries.MAX_CACHED_STATEMENT_LENGTH
+            psycopg_queries.MAX_CACHED_STATEMENT_LENGTH = 16_384
+            try:
+                return await gather([team_worker(bench.queues["team-parsecache"], i, w, deadline) for i in range(w)])
+            finally:
+                psycopg_queries.MAX_CACHED_STATEMENT_LENGTH = before
+        return go()
+
     out = [Variant("single", run_single), Variant("team", run_team("team")),
            Variant("team-policy", run_team("team-policy"))]
     if "team-nolock" in bench.queues:
         if LOCKS not in Q.todos.claim_next_mixed:
             raise SystemExit("bench: the core's claim_next_mixed no longer locks as team-nolock expects; update it")
-        out += [Variant("team-nolock", run_nolock), Variant("team-policy-generic", run_team("team-policy-generic"))]
+        out += [Variant("team-nolock", run_nolock), Variant("team-policy-generic", run_team("team-policy-generic")),
+                Variant("team-parsecache", run_parsecache)]
     return out
+
+
+async def wal_lsn(bench: Bench) -> int:
+    """Bytes of WAL written so far (WAL per cycle: what the writes of a variant amount to)."""
+    async with bench.core.pool.connection() as conn:
+        cur = await conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS b")
+        return int((await cur.fetchone())["b"])
 
 
 async def explain(bench: Bench) -> str:
@@ -255,7 +280,35 @@ async def explain(bench: Bench) -> str:
             counts.append(f"{title}: {g} generic, {c} custom plans")
             await conn.rollback()
         out.append("--- prepared plans after 10 executions (rolled back)\n" + "\n".join(counts))
+        # The admission verdict is a function: its inner statements' plans, as auto_explain logs them.
+        msgs: list[str] = []
+        conn.add_notice_handler(lambda d: msgs.append(d.message_primary or ""))
+        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
+                        "auto_explain.log_analyze = on", "auto_explain.log_buffers = on",
+                        "auto_explain.log_level = notice"):
+            await conn.execute("LOAD 'auto_explain'", prepare=False) if setting.startswith("auto_explain.log_min") \
+                else None
+            await conn.execute(f"SET {setting}", prepare=False)
+        await (await conn.execute(cases[2][1], cases[2][2], prepare=False)).fetchall()
+        await conn.rollback()
+        out.append("--- team-policy: verdicts, inner statements (auto_explain)\n" + "\n\n".join(msgs))
+    for title, name in (("team: claim_next_mixed", "claim_next_mixed"), ("single: claim_next_one", "claim_next_one")):
+        out.append(f"--- {title}, generic plan\n" + await generic_plan(bench, name))
     return "\n\n".join(out)
+
+
+async def generic_plan(bench: Bench, statement: str) -> str:
+    names: list[str] = []
+
+    def placeholder(m: re.Match) -> str:
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)s", placeholder, getattr(Q.todos, statement))
+    async with await psycopg.AsyncConnection.connect(bench.uri, autocommit=True) as conn:
+        cur = await conn.execute("EXPLAIN (GENERIC_PLAN, COSTS OFF) " + text, prepare=False)
+        return "\n".join(r[0] for r in await cur.fetchall())
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -281,6 +334,7 @@ async def main(args: argparse.Namespace) -> int:
             vs = variants(bench)
             results = {v.name: {w: [] for w in worker_counts} for v in vs}
             cpu = {v.name: {w: [] for w in worker_counts} for v in vs}
+            wal: dict[str, dict[int, list[float]]] = {v.name: {w: [] for w in worker_counts} for v in vs}
             loads: list[float] = []
             for v in vs:  # warm-up: pools, prepared statements, caches; not recorded
                 await bench.top_up(args.backlog)
@@ -292,7 +346,9 @@ async def main(args: argparse.Namespace) -> int:
                     k = (r + wi) % len(vs)
                     for v in vs[k:] + vs[:k]:
                         await bench.top_up(args.backlog)
+                        lsn0 = await wal_lsn(bench)
                         got = await measure(v, w, args.seconds)
+                        wal[v.name][w].append((await wal_lsn(bench) - lsn0) / max(got["cycles"], 1))
                         bench.queues[v.name].pending -= got["cycles"]
                         if got["starved"]:
                             raise SystemExit(f"bench: {v.name} ran out of pending todos; raise --backlog")
@@ -321,7 +377,7 @@ async def main(args: argparse.Namespace) -> int:
     names = [v.name for v in vs]
     ratios = [("team", "single"), ("team-policy", "single"), ("team-policy", "team")]
     if args.levers:
-        ratios += [("team-nolock", "team"), ("team-policy-generic", "team-policy")]
+        ratios += [("team-nolock", "team"), ("team-policy-generic", "team-policy"), ("team-parsecache", "team")]
     rows = []
     for w in worker_counts:
         rows.append([str(w)] + [f"{statistics.median(results[n][w]):,.0f}" for n in names]
@@ -351,6 +407,10 @@ async def main(args: argparse.Namespace) -> int:
         "",
         "CPU per cycle, microseconds: this Python process + PostgreSQL (median of the rounds)",
         fmt_table([[str(w)] + [cell(n, w) for n in names] for w in worker_counts], ["workers", *names]),
+        "",
+        "WAL per cycle, bytes (median of the rounds)",
+        fmt_table([[str(w)] + [f"{statistics.median(wal[n][w]):,.0f}" for n in names] for w in worker_counts],
+                  ["workers", *names]),
         "",
         f"policy charges: {charged:,} units charged, {policed_claims:,} attempts opened on the policed queue"
         + (" (equal)" if charged == policed_claims else " (DIFFER)"),
