@@ -294,6 +294,9 @@ def _claim_queues(caller: EndpointCaller, queue: str | None) -> list[str]:
 def _next_statement(queues: list[str], params: dict[str, Any], batch: bool) -> str:
     """The claim_next statement for these queues, with the parameters it needs set in `params`."""
     team = [q for q in queues if inputs.is_team_label(q)]
+    if team == queues and len(team) == 1 and not batch:  # one team queue: a statement with a generic plan
+        params["queue"] = team[0]
+        return Q.todos.claim_next_team_one
     if team:
         params["queues"] = [q for q in queues if not inputs.is_team_label(q)]
         params["team_queues"] = team

@@ -153,6 +153,27 @@ WITH cand AS (
 )
 {{claim_tail}}
 
+-- name: claim_next_team_one
+-- claim_next over one team queue %(queue)s (the `queue` argument, or the endpoint's only queue), the
+-- target locked as team_targets_locked locks it. No unnest of a parameter: PostgreSQL keeps a generic
+-- plan (with the empty unnest of claim_next_mixed it could price the generic plan above the plans made
+-- for the values and plan every call afresh), and the statement stays under the 4,096 characters up
+-- to which psycopg caches its parsing (docs/benchmarks.md, Team queues and admission).
+WITH cand AS (
+SELECT x.id, x.state, x.attempts_total FROM (
+SELECT g.team_id, g.queue AS name FROM team_grants g
+JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
+JOIN endpoints e ON e.id = g.endpoint_id AND e.state = 'active'
+WHERE g.endpoint_id = %(endpoint_id)s::uuid AND g.queue = %(queue)s FOR SHARE OF g, e
+) AS q, LATERAL ({{claim_team_arms}}) x
+WHERE {{unpoliced}}
+ORDER BY x.created_at
+LIMIT 1
+), t AS (
+SELECT id, state AS prior_state, attempts_total AS prior_total FROM cand
+)
+{{claim_tail}}
+
 -- name: claim_next_mixed_batch
 -- claim_next_batch over own and team queues (see claim_next_mixed).
 WITH cand AS (
