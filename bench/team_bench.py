@@ -28,6 +28,8 @@ With --levers two measurement-only variants join the rotation, each on its own q
   team-parsecache      `team` with psycopg's statement parsing cache raised from 4,096 characters to
                        16,384 while it runs (the team claim statement is longer than 4,096, so psycopg
                        parses it again on every call)
+  team-generic         `team` from the plan_cache_mode = force_generic_plan pool (whether PostgreSQL
+                       plans the team claim statement afresh on every call)
 
 With --explain the run ends with EXPLAIN ANALYZE (rolled back) of each variant's claim statement, and
 of the admission verdict, on the loaded database, and with the number of generic and custom plans
@@ -84,7 +86,8 @@ POLICED_QUEUE = f"team:{TEAM}/policed"
 NOLOCK_QUEUE = f"team:{TEAM}/nolock"
 GENERIC_QUEUE = f"team:{TEAM}/generic"
 PARSE_QUEUE = f"team:{TEAM}/parse"
-LOCKS = "\n   FOR SHARE OF g, e"
+FORCED_QUEUE = f"team:{TEAM}/forced"
+LOCKS = " FOR SHARE OF g, e"
 ENDPOINTS = 20
 MEMBERS = 3
 LEASE_TTL = 1800
@@ -138,7 +141,7 @@ async def open_bench(uri: str, history: int, levers: bool = False) -> Bench:
     await teams.create(core, people[0], TEAM)
     for i, person in enumerate(people[1:], start=1):
         await teams.add_member(core, people[0], TEAM, person.name, "admin" if i == 1 else "member")
-    labels = [TEAM_QUEUE, POLICED_QUEUE] + ([NOLOCK_QUEUE, GENERIC_QUEUE, PARSE_QUEUE] if levers else [])
+    labels = [TEAM_QUEUE, POLICED_QUEUE] + ([NOLOCK_QUEUE, GENERIC_QUEUE, PARSE_QUEUE, FORCED_QUEUE] if levers else [])
     callers: dict[str, list[EndpointCaller]] = {label: [] for label in labels}
     for label in labels:
         for n in range(ENDPOINTS):
@@ -157,13 +160,14 @@ async def open_bench(uri: str, history: int, levers: bool = False) -> Bench:
         await conn.execute(HISTORY_LOAD, {"endpoint_id": single.endpoint_id, "queue": "history",
                                           "owner": single.owner, "n": history})
     queues = {"single": Queue(OWN_QUEUE, [single], BULK_LOAD, {"endpoint_id": single.endpoint_id, "queue": OWN_QUEUE})}
-    for key, label in zip(("team", "team-policy", "team-nolock", "team-policy-generic", "team-parsecache"), labels,
-                          strict=False):
+    for key, label in zip(("team", "team-policy", "team-nolock", "team-policy-generic", "team-parsecache",
+                           "team-generic"), labels, strict=False):
         queues[key] = Queue(label, callers[label], TEAM_LOAD, {"team_id": team_id, "queue": label})
     if levers:
         generic = psycopg.conninfo.make_conninfo(uri, options="-c plan_cache_mode=force_generic_plan")
         pool2 = await open_pool(generic, min_size=2, max_size=20)
         queues["team-policy-generic"].core = Core(pool=pool2, settings=core.settings)
+        queues["team-generic"].core = queues["team-policy-generic"].core
     return Bench(uri, core, queues)
 
 
@@ -205,7 +209,7 @@ def variants(bench: Bench) -> list[Variant]:
             return gather([team_worker(bench.queues[key], i, w, deadline) for i in range(w)])
         return run
 
-    nolock = _Overlay("todos", {"claim_next_mixed": Q.todos.claim_next_mixed.replace(LOCKS, "")})
+    nolock = _Overlay("todos", {"claim_next_team_one": Q.todos.claim_next_team_one.replace(LOCKS, "")})
 
     def run_nolock(w: int, deadline: float):
         async def go():
@@ -226,10 +230,10 @@ def variants(bench: Bench) -> list[Variant]:
     out = [Variant("single", run_single), Variant("team", run_team("team")),
            Variant("team-policy", run_team("team-policy"))]
     if "team-nolock" in bench.queues:
-        if LOCKS not in Q.todos.claim_next_mixed:
-            raise SystemExit("bench: the core's claim_next_mixed no longer locks as team-nolock expects; update it")
+        if LOCKS not in Q.todos.claim_next_team_one:
+            raise SystemExit("bench: the core's claim_next_team_one no longer locks as team-nolock expects; update it")
         out += [Variant("team-nolock", run_nolock), Variant("team-policy-generic", run_team("team-policy-generic")),
-                Variant("team-parsecache", run_parsecache)]
+                Variant("team-parsecache", run_parsecache), Variant("team-generic", run_team("team-generic"))]
     return out
 
 
@@ -253,13 +257,12 @@ async def explain(bench: Bench) -> str:
 
     cases = [
         ("single: claim_next_one", Q.todos.claim_next_one, claim_params(single, queues=[OWN_QUEUE], queue=OWN_QUEUE)),
-        ("team: claim_next_mixed", Q.todos.claim_next_mixed,
-         claim_params(team, queues=[], team_queues=[TEAM_QUEUE])),
+        ("team: claim_next_team_one", Q.todos.claim_next_team_one, claim_params(team, queues=[], queue=TEAM_QUEUE)),
         ("team-policy: verdicts", Q.admission.verdicts, {"endpoint_id": policed.endpoint_id,
                                                          "claimer_id": policed.endpoint_id,
                                                          "queues": [POLICED_QUEUE]}),
-        ("team-policy: claim_next_mixed (admitted)", Q.todos.claim_next_mixed,
-         claim_params(policed, queues=[], team_queues=[POLICED_QUEUE], admitted=True)),
+        ("team-policy: claim_next_team_one (admitted)", Q.todos.claim_next_team_one,
+         claim_params(policed, queues=[], queue=POLICED_QUEUE, admitted=True)),
     ]
     out = []
     async with await psycopg.AsyncConnection.connect(bench.uri) as conn:
@@ -292,7 +295,8 @@ async def explain(bench: Bench) -> str:
         await (await conn.execute(cases[2][1], cases[2][2], prepare=False)).fetchall()
         await conn.rollback()
         out.append("--- team-policy: verdicts, inner statements (auto_explain)\n" + "\n\n".join(msgs))
-    for title, name in (("team: claim_next_mixed", "claim_next_mixed"), ("single: claim_next_one", "claim_next_one")):
+    for title, name in (("team: claim_next_team_one", "claim_next_team_one"),
+                        ("single: claim_next_one", "claim_next_one")):
         out.append(f"--- {title}, generic plan\n" + await generic_plan(bench, name))
     return "\n\n".join(out)
 
@@ -377,7 +381,8 @@ async def main(args: argparse.Namespace) -> int:
     names = [v.name for v in vs]
     ratios = [("team", "single"), ("team-policy", "single"), ("team-policy", "team")]
     if args.levers:
-        ratios += [("team-nolock", "team"), ("team-policy-generic", "team-policy"), ("team-parsecache", "team")]
+        ratios += [("team-nolock", "team"), ("team-policy-generic", "team-policy"), ("team-parsecache", "team"),
+                   ("team-generic", "team")]
     rows = []
     for w in worker_counts:
         rows.append([str(w)] + [f"{statistics.median(results[n][w]):,.0f}" for n in names]
