@@ -165,8 +165,10 @@ async def _remove(core: Core, conn: AsyncConnection[DictRow], team: dict[str, An
         raise NotFound("not a member of this team", argument="human")
     if current["role"] == "owner":
         await _keep_an_owner(conn, team["id"])
-    # Deleting the membership row first waits for claims holding it (FOR SHARE in team_targets_locked)
-    # and stops new ones; the hand-back below, a later statement, then sees every lease they committed.
+    # Deleting the membership row waits for the member's own claims from the Board (which share-lock it)
+    # and deleting the grants for their endpoints' claims (which share-lock the grant: team_targets_locked
+    # and the claim by id); both stop new ones, so the hand-back below, a later statement, sees every
+    # lease they committed.
     await conn.execute(Q.teams.remove_member, {"team_id": team["id"], "human_id": human_id})
     await conn.execute(Q.teams.drop_member_grants, {"team_id": team["id"], "human_id": human_id})
     endpoint_ids = [r["id"] for r in await (await conn.execute(Q.teams.human_endpoints,
