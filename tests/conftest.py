@@ -125,7 +125,18 @@ def clean_database(uri: str) -> None:
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()]
         wipe = [t for t in tables if t not in KEEP_TABLES]
         if wipe:
-            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in wipe) + " RESTART IDENTITY CASCADE")
+            truncate = "TRUNCATE " + ", ".join(f'"{t}"' for t in wipe) + " RESTART IDENTITY CASCADE"
+            # A server of the previous module may still be finishing a transaction over several of
+            # these tables while it shuts down; TRUNCATE takes its locks one table at a time, so the
+            # two can deadlock. PostgreSQL aborts one of them; when it is this one, try again.
+            for attempt in range(10):
+                try:
+                    conn.execute(truncate)
+                    break
+                except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
+                    if attempt == 9:
+                        raise
+                    time.sleep(0.2)
         conn.execute("UPDATE settings SET value = '50' WHERE key = 'attempt_history_max_per_todo'")
         conn.execute("UPDATE settings SET value = '30' WHERE key = 'retention_max_age_days'")
         conn.execute("UPDATE settings SET value = '500000' WHERE key = 'retention_max_rows'")

@@ -158,3 +158,11 @@ async def test_scrape_gauges_count_policies_by_status_and_the_todos_held_back(co
     assert value(metrics, "switchboard_admission_policies", queue="inbox", status="open") == 1
     assert value(metrics, "switchboard_admission_policies", queue="inbox", status="paused") == 1
     assert value(metrics, "switchboard_admission_deferred_todos", queue="inbox", reason="paused") == 2
+
+
+async def test_a_policy_on_a_queue_the_endpoint_does_not_have_is_invalid(core):
+    w = await make_world(core)
+    with pytest.raises(Invalid) as err:
+        await admission.set_policy(core, w.h1, "elsewhere", endpoint=w.slug1, max_in_flight=1)
+    assert err.value.argument == "queue"
+    assert await sql(core, "SELECT 1 FROM admission_policies") == []

@@ -207,6 +207,9 @@ async def identity(core: Core, human: HumanCaller, queue: object, endpoint: obje
         raise Invalid("an endpoint's queue needs the endpoint (its slug); a team queue is team:<slug>/<queue>",
                       argument="endpoint")
     row = await endpoints.get_for_human(core, human, endpoint)
+    if label not in row["scope_queues"]:
+        raise Invalid(f"queue {label} is not one of this endpoint's queues ({', '.join(row['scope_queues'])})",
+                      argument="queue")
     return Identity(label, row["id"], None)
 
 
