@@ -3,8 +3,10 @@
 -- name: endpoint_live
 -- The calling endpoint is active and unexpired, checked by the statement itself: a revoked or expired
 -- endpoint raises SQLSTATE 28000, which the core reports as `unauthorized` (migration 0008). Always a
--- top-level AND condition without a column of the row, so PostgreSQL runs it once per statement, before
--- any row is read; true for a human caller (no endpoint).
+-- top-level AND condition without a column of the row, so PostgreSQL runs it once per statement as a
+-- One-Time Filter, before any row is read; true for a human caller (no endpoint). Once per statement,
+-- not once per subquery: the claim arms leave it to the claim statement's `cand` (todos.sql), which
+-- runs it once above all of them (in an arm it ran once per arm, three to six times a claim).
 switchboard_endpoint_live(%(endpoint_id)s::uuid)
 
 -- name: scope
@@ -114,25 +116,26 @@ WITH t AS (
 (%(human_id)s::uuid IS NOT NULL OR a.lease_token_hash IS NOT DISTINCT FROM %(token_hash)s::bytea)
 
 -- name: claim_next_arms
--- The three claimable arms of claim_next inside one queue `q.name`, each an ordered index scan.
+-- The three claimable arms of claim_next inside one queue `q.name`, each an ordered index scan. No
+-- `endpoint_live` here: the statement around them checks it once, above every arm (todos.sql).
 SELECT p.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) p
 UNION ALL
 SELECT l.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'claimed'
        AND lease_expires_at < now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED) l
 UNION ALL
 SELECT r.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'failed'
        AND next_retry_at <= now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY next_retry_at LIMIT 1 FOR UPDATE SKIP LOCKED) r
 
 -- name: claim_team_arms
@@ -140,21 +143,21 @@ SELECT r.* FROM (
 SELECT p.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'pending'
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) p
 UNION ALL
 SELECT l.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'claimed'
        AND lease_expires_at < now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED) l
 UNION ALL
 SELECT r.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'failed'
        AND next_retry_at <= now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY next_retry_at LIMIT 1 FOR UPDATE SKIP LOCKED) r
 
 -- name: claim_tail
@@ -210,21 +213,21 @@ SELECT c.*,
 SELECT p.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY created_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) p
 UNION ALL
 SELECT l.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'claimed'
        AND lease_expires_at < now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY lease_expires_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) l
 UNION ALL
 SELECT r.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'failed'
        AND next_retry_at <= now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY next_retry_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) r
 
 -- name: claim_team_batch_arms
@@ -232,21 +235,21 @@ SELECT r.* FROM (
 SELECT p.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'pending'
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY created_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) p
 UNION ALL
 SELECT l.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'claimed'
        AND lease_expires_at < now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY lease_expires_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) l
 UNION ALL
 SELECT r.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'failed'
        AND next_retry_at <= now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s) AND {{endpoint_live}}
+       AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY next_retry_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) r
 
 -- name: claim_batch_tail

@@ -76,11 +76,13 @@ FOR UPDATE
 
 -- name: claim_next
 -- The oldest claimable todo over the granted queues, one queue at a time so that every arm is an
--- ordered index scan at any backlog: pending by age, lapsed leases below the cap, due retries.
+-- ordered index scan at any backlog: pending by age, lapsed leases below the cap, due retries. The
+-- endpoint check sits in `cand`'s own WHERE, with no column in it: PostgreSQL runs it once, as a
+-- One-Time Filter above the arms, before any todo is read or locked (the same in every claim_next*).
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total
       FROM unnest(%(queues)s::text[]) AS q(name), LATERAL ({{claim_next_arms}}) x
-     WHERE {{unpoliced}}
+     WHERE {{unpoliced}} AND {{endpoint_live}}
      ORDER BY x.created_at
      LIMIT 1
 ), t AS (
@@ -96,7 +98,7 @@ WITH cand AS (
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total
       FROM (VALUES (%(queue)s::text)) AS q(name), LATERAL ({{claim_next_arms}}) x
-     WHERE {{unpoliced}}
+     WHERE {{unpoliced}} AND {{endpoint_live}}
      ORDER BY x.created_at
      LIMIT 1
 ), t AS (
@@ -110,7 +112,7 @@ WITH cand AS (
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total, x.created_at
       FROM unnest(%(queues)s::text[]) AS q(name), LATERAL ({{claim_batch_arms}}) x
-     WHERE {{unpoliced}}
+     WHERE {{unpoliced}} AND {{endpoint_live}}
      ORDER BY x.created_at
      LIMIT %(max_todos)s
 ), t AS (
@@ -125,7 +127,7 @@ WITH cand AS (
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total, x.created_at
       FROM (VALUES (%(queue)s::text)) AS q(name), LATERAL ({{claim_batch_arms}}) x
-     WHERE {{unpoliced}}
+     WHERE {{unpoliced}} AND {{endpoint_live}}
      ORDER BY x.created_at
      LIMIT %(max_todos)s
 ), t AS (
@@ -137,7 +139,9 @@ WITH cand AS (
 
 -- name: claim_next_mixed
 -- claim_next over the endpoint's own queues %(queues)s and the team queues %(team_queues)s it reaches
--- now (granted, its human a member): the oldest claimable todo of all of them.
+-- now (granted, its human a member): the oldest claimable todo of all of them. OFFSET 0 keeps the
+-- union one subquery, so the endpoint check above it stays one check (PostgreSQL would otherwise copy
+-- it into both branches).
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total FROM (
         SELECT x.* FROM unnest(%(queues)s::text[]) AS q(name), LATERAL ({{claim_next_arms}}) x
@@ -145,7 +149,9 @@ WITH cand AS (
         UNION ALL
         SELECT x.* FROM ({{team_targets_locked}}) AS q, LATERAL ({{claim_team_arms}}) x
          WHERE {{unpoliced}}
+        OFFSET 0
     ) x
+     WHERE {{endpoint_live}}
      ORDER BY x.created_at
      LIMIT 1
 ), t AS (
@@ -166,7 +172,7 @@ JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
 JOIN endpoints e ON e.id = g.endpoint_id AND e.state = 'active'
 WHERE g.endpoint_id = %(endpoint_id)s::uuid AND g.queue = %(queue)s FOR SHARE OF g, e
 ) AS q, LATERAL ({{claim_team_arms}}) x
-WHERE {{unpoliced}}
+WHERE {{unpoliced}} AND {{endpoint_live}}
 ORDER BY x.created_at
 LIMIT 1
 ), t AS (
@@ -183,7 +189,9 @@ WITH cand AS (
         UNION ALL
         SELECT x.* FROM ({{team_targets_locked}}) AS q, LATERAL ({{claim_team_batch_arms}}) x
          WHERE {{unpoliced}}
+        OFFSET 0
     ) x
+     WHERE {{endpoint_live}}
      ORDER BY x.created_at
      LIMIT %(max_todos)s
 ), t AS (
