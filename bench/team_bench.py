@@ -18,7 +18,18 @@ Each database first gets 20,000 done todos with one completed attempt each (as t
 does), and every queue a backlog of pending todos topped up before each measurement. CPU per cycle
 of this process and of the embedded PostgreSQL is reported next to the rates.
 
-With --levers two measurement-only variants join the rotation, each on its own queue and endpoints:
+With --levers three measurement-only variants join the rotation, each on its own policed queue and
+endpoints, each turning back one step of the policed path (docs/decisions.md D38):
+
+  team-policy-locked   `team-policy` always on the locked path (verdicts, claim, charge; pipelined in
+                       three round trips) instead of the fast path (`admit` charging in the statement
+                       that judges, sent with BEGIN and the claim; two round trips)
+  team-policy-nopipe   the locked path without pipeline mode: five round trips (BEGIN, verdicts, claim,
+                       charge, COMMIT), the policy row locked across all of them
+  team-policy-0017     the same with migration 0017's verdict function (created by the bench under
+                       another name): the policed path as it was before migration 0020
+
+With --team-levers four more, about the team path:
 
   team-nolock          `team` with the claim statement's share locks on the grant and endpoint rows
                        removed (what the locks that make removal and revocation safe cost)
@@ -44,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import statistics
@@ -87,6 +99,12 @@ NOLOCK_QUEUE = f"team:{TEAM}/nolock"
 GENERIC_QUEUE = f"team:{TEAM}/generic"
 PARSE_QUEUE = f"team:{TEAM}/parse"
 FORCED_QUEUE = f"team:{TEAM}/forced"
+ADMISSION_LEVERS = {"team-policy-locked": f"team:{TEAM}/locked", "team-policy-nopipe": f"team:{TEAM}/nopipe",
+                    "team-policy-0017": f"team:{TEAM}/old"}
+TEAM_LEVERS = {"team-nolock": NOLOCK_QUEUE, "team-policy-generic": GENERIC_QUEUE, "team-parsecache": PARSE_QUEUE,
+               "team-generic": FORCED_QUEUE}
+POLICED = {"team-policy", "team-policy-generic", *ADMISSION_LEVERS}
+MIGRATIONS = Path(__file__).resolve().parent.parent / "src" / "switchboard" / "db" / "migrations"
 LOCKS = " FOR SHARE OF g, e"
 ENDPOINTS = 20
 MEMBERS = 3
@@ -99,6 +117,57 @@ SELECT 'td_' || gen_random_uuid(), %(team_id)s, %(queue)s, 'bench ' || g,
        now() + g * interval '1 microsecond', now()
   FROM generate_series(1, %(n)s) AS g
 """
+
+
+class AlwaysLocked(admission.PolicedEndpoints):
+    """Routing hints that send every claim to the locked path (the team-policy-* levers)."""
+
+    def __contains__(self, endpoint_id: object) -> bool:
+        return True
+
+    def refused(self, endpoint_id: object, queue: str) -> bool:
+        return True
+
+    def mark(self, endpoint_id: object, policed: bool) -> None:
+        pass
+
+    def note(self, endpoint_id: object, queue: str, refused: bool) -> None:
+        pass
+
+
+@contextlib.asynccontextmanager
+async def _no_pipeline(self, *args, **kwargs):
+    yield None
+
+
+@contextlib.contextmanager
+def pipeline_off():
+    """psycopg's pipeline mode turned into a no-op: every statement waits for its answer."""
+    before = psycopg.AsyncConnection.pipeline
+    psycopg.AsyncConnection.pipeline = _no_pipeline
+    try:
+        yield
+    finally:
+        psycopg.AsyncConnection.pipeline = before
+
+
+@contextlib.contextmanager
+def verdicts_0017():
+    """The locked path's `verdicts` calling migration 0017's function (bench_verdicts_0017)."""
+    overlay = _Overlay("admission", {"verdicts": Q.admission.verdicts.replace(
+        "switchboard_admission_verdicts(", "bench_verdicts_0017(")})
+    admission.Q = overlay
+    try:
+        yield
+    finally:
+        admission.Q = Q
+
+
+def old_verdicts_sql() -> str:
+    """Migration 0017's verdict function, under the name bench_verdicts_0017."""
+    text = (MIGRATIONS / "0017_admission.sql").read_text("utf-8")
+    body = text[text.index("CREATE FUNCTION switchboard_admission_verdicts"):]
+    return body.replace("FUNCTION switchboard_admission_verdicts", "OR REPLACE FUNCTION bench_verdicts_0017", 1)
 
 
 @dataclass
@@ -128,10 +197,10 @@ class Bench:
             q.pending += n
 
 
-async def open_bench(uri: str, history: int, levers: bool = False) -> Bench:
+async def open_bench(uri: str, history: int, levers: bool = False, team_levers: bool = False) -> Bench:
     """One database: a human with one endpoint on its own queue; a team of three humans, 20 endpoints
     on the team queue and 20 on the policed team queue (vended by their humans, granted by the owner),
-    and with `levers` 20 more on each of the lever queues."""
+    and with `levers` / `team_levers` 20 more on each of the lever queues."""
     pool = await open_pool(uri, min_size=2, max_size=20)  # as the served app opens it (web/app.py)
     core = Core(pool=pool, settings=load_settings(database_url=uri, log_format="text"))
     solo = await humans.add(core, "solo")
@@ -141,7 +210,12 @@ async def open_bench(uri: str, history: int, levers: bool = False) -> Bench:
     await teams.create(core, people[0], TEAM)
     for i, person in enumerate(people[1:], start=1):
         await teams.add_member(core, people[0], TEAM, person.name, "admin" if i == 1 else "member")
-    labels = [TEAM_QUEUE, POLICED_QUEUE] + ([NOLOCK_QUEUE, GENERIC_QUEUE, PARSE_QUEUE, FORCED_QUEUE] if levers else [])
+    keys = {"team": TEAM_QUEUE, "team-policy": POLICED_QUEUE}
+    if levers:
+        keys.update(ADMISSION_LEVERS)
+    if team_levers:
+        keys.update(TEAM_LEVERS)
+    labels = list(keys.values())
     callers: dict[str, list[EndpointCaller]] = {label: [] for label in labels}
     for label in labels:
         for n in range(ENDPOINTS):
@@ -151,7 +225,7 @@ async def open_bench(uri: str, history: int, levers: bool = False) -> Bench:
                 await teams.grant(core, people[0], TEAM, label, ep["slug"])
             row = await endpoints.resolve_credential(core, cred)
             callers[label].append(endpoints.caller_from_row(row, f"fleet-{label[-4:]}-{n}"))
-    for label in (POLICED_QUEUE, GENERIC_QUEUE)[: 2 if levers else 1]:
+    for label in (label for key, label in keys.items() if key in POLICED):
         await admission.set_policy(core, people[0], label, max_in_flight=1000, max_claims_per_window=1_000_000,
                                    window_spec=admission.window("day"))
     async with core.pool.connection() as conn:
@@ -160,10 +234,15 @@ async def open_bench(uri: str, history: int, levers: bool = False) -> Bench:
         await conn.execute(HISTORY_LOAD, {"endpoint_id": single.endpoint_id, "queue": "history",
                                           "owner": single.owner, "n": history})
     queues = {"single": Queue(OWN_QUEUE, [single], BULK_LOAD, {"endpoint_id": single.endpoint_id, "queue": OWN_QUEUE})}
-    for key, label in zip(("team", "team-policy", "team-nolock", "team-policy-generic", "team-parsecache",
-                           "team-generic"), labels, strict=False):
+    for key, label in keys.items():
         queues[key] = Queue(label, callers[label], TEAM_LOAD, {"team_id": team_id, "queue": label})
     if levers:
+        locked = Core(pool=pool, settings=core.settings, policed=AlwaysLocked())
+        for key in ADMISSION_LEVERS:
+            queues[key].core = locked
+        async with core.pool.connection() as conn:
+            await conn.execute(old_verdicts_sql())
+    if team_levers:
         generic = psycopg.conninfo.make_conninfo(uri, options="-c plan_cache_mode=force_generic_plan")
         pool2 = await open_pool(generic, min_size=2, max_size=20)
         queues["team-policy-generic"].core = Core(pool=pool2, settings=core.settings)
@@ -227,8 +306,22 @@ def variants(bench: Bench) -> list[Variant]:
                 psycopg_queries.MAX_CACHED_STATEMENT_LENGTH = before
         return go()
 
+    def run_swapped(key: str, *swaps):
+        def run(w: int, deadline: float):
+            async def go():
+                with contextlib.ExitStack() as stack:
+                    for swap in swaps:
+                        stack.enter_context(swap())
+                    return await gather([team_worker(bench.queues[key], i, w, deadline) for i in range(w)])
+            return go()
+        return run
+
     out = [Variant("single", run_single), Variant("team", run_team("team")),
            Variant("team-policy", run_team("team-policy"))]
+    if "team-policy-locked" in bench.queues:
+        out += [Variant("team-policy-locked", run_team("team-policy-locked")),
+                Variant("team-policy-nopipe", run_swapped("team-policy-nopipe", pipeline_off)),
+                Variant("team-policy-0017", run_swapped("team-policy-0017", pipeline_off, verdicts_0017))]
     if "team-nolock" in bench.queues:
         if LOCKS not in Q.todos.claim_next_team_one:
             raise SystemExit("bench: the core's claim_next_team_one no longer locks as team-nolock expects; update it")
@@ -330,7 +423,7 @@ async def main(args: argparse.Namespace) -> int:
             facts = await server_facts(server_uri)
             log(f"PostgreSQL {facts['server_version']} ({server_how}); {info['nproc']} CPUs {info['cpu']}")
             uri = await dbs.create("team")
-            bench = await open_bench(uri, args.history, args.levers)
+            bench = await open_bench(uri, args.history, args.levers, args.team_levers)
             await bench.top_up(args.backlog)
             async with bench.core.pool.connection() as conn:
                 await conn.execute("VACUUM ANALYZE todos")
@@ -360,13 +453,15 @@ async def main(args: argparse.Namespace) -> int:
                         cpu[v.name][w].append((got["py_us"], got["pg_us"]))
                         loads.append(loadavg()[0])
                         log(f"  round {r + 1}/{args.rounds}  {w:>2} workers  {v.name:<12} {got['cps']:8.1f} cycles/s")
-            charged = None
+            charges = []  # (variant, units charged, attempts opened) of every policed queue
             async with bench.core.pool.connection() as conn:
-                cur = await conn.execute("SELECT charged FROM admission_policies WHERE queue = %s", (POLICED_QUEUE,))
-                charged = (await cur.fetchone())["charged"]
-                cur = await conn.execute("SELECT count(*) AS n FROM todo_attempts a JOIN todos t ON t.id = a.todo_id"
-                                         " WHERE t.queue = %s", (POLICED_QUEUE,))
-                policed_claims = (await cur.fetchone())["n"]
+                for key in (k for k in bench.queues if k in POLICED):
+                    label = bench.queues[key].name
+                    cur = await conn.execute("SELECT charged FROM admission_policies WHERE queue = %s", (label,))
+                    units = (await cur.fetchone())["charged"]
+                    cur = await conn.execute("SELECT count(*) AS n FROM todo_attempts a JOIN todos t"
+                                             " ON t.id = a.todo_id WHERE t.queue = %s", (label,))
+                    charges.append((key, units, (await cur.fetchone())["n"]))
             plans = await explain(bench) if args.explain else None
         finally:
             if bench is not None:
@@ -381,6 +476,9 @@ async def main(args: argparse.Namespace) -> int:
     names = [v.name for v in vs]
     ratios = [("team", "single"), ("team-policy", "single"), ("team-policy", "team")]
     if args.levers:
+        ratios += [("team-policy", "team-policy-locked"), ("team-policy-locked", "team-policy-nopipe"),
+                   ("team-policy-nopipe", "team-policy-0017"), ("team-policy-0017", "single")]
+    if args.team_levers:
         ratios += [("team-nolock", "team"), ("team-policy-generic", "team-policy"), ("team-parsecache", "team"),
                    ("team-generic", "team")]
     rows = []
@@ -417,8 +515,9 @@ async def main(args: argparse.Namespace) -> int:
         fmt_table([[str(w)] + [f"{statistics.median(wal[n][w]):,.0f}" for n in names] for w in worker_counts],
                   ["workers", *names]),
         "",
-        f"policy charges: {charged:,} units charged, {policed_claims:,} attempts opened on the policed queue"
-        + (" (equal)" if charged == policed_claims else " (DIFFER)"),
+        "policy charges: " + "; ".join(f"{key} {units:,} units charged, {opened:,} attempts opened"
+                                       + (" (equal)" if units == opened else " (DIFFER)")
+                                       for key, units, opened in charges),
         "",
         "targets (issue 13: within 10 % of the single-endpoint figure):",
         *(f"- {name}: {value:.2f} -> {'met' if value >= 0.90 else 'MISSED'}" for name, value in targets),
@@ -445,8 +544,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--history", type=int, default=20_000,
                    help="done todos with one attempt each, loaded first (default 20,000)")
     p.add_argument("--explain", action="store_true", help="EXPLAIN ANALYZE the claim statements at the end")
-    p.add_argument("--levers", action="store_true", help="also the measurement-only variants team-nolock and"
-                                                          " team-policy-generic")
+    p.add_argument("--levers", action="store_true", help="also the measurement-only variants of the policed path"
+                                                          " (team-policy-locked, -nopipe, -0017)")
+    p.add_argument("--team-levers", action="store_true", help="also the measurement-only variants of the team path"
+                                                               " (team-nolock, -policy-generic, -parsecache, -generic)")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     p.add_argument("--json", help="also write the results to this JSON file")
     p.add_argument("--silent", action="store_true", help="no progress lines on stderr")

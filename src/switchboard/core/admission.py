@@ -3,18 +3,23 @@ budgets of claims per window, with a pause switch.
 
 A policy belongs to one queue identity: `(endpoint, queue)` or `(team, queue)`. Every committed claim
 on a policed queue is charged one unit (takeovers and claims after a retry included); nothing
-refunds. A claim on a policed queue runs as one transaction of three statements:
+refunds. A claim on a policed queue runs as one transaction, in pipeline mode (core/todos.py):
 
-1. `verdicts` locks the policy rows (always before any todo: one lock order for every claimer) and
-   judges each with a snapshot taken after the lock (a VOLATILE function, migration 0017), so the
-   count of leases in flight includes every claim committed by an earlier holder of the lock;
-2. the usual claim statement, on the admitted queues only, at most `cap` todos per queue;
-3. `charge` adds the claims to the policy's current window.
+- fast path, a claim on one policed queue: `admit` locks the policy row (always before any todo: one
+  lock order for every claimer), judges it with a snapshot taken after the lock (a VOLATILE function,
+  migrations 0017 and 0020) and, when it admits, charges the claims in the same statement; a refusal
+  is an error (SQLSTATE SBA01) that skips the claim statement sent behind it. BEGIN, `admit` and the
+  claim travel in one round trip; the transaction then commits when the claim took what was charged,
+  charges back the difference when it took fewer, and rolls back when it took nothing;
+- locked path, a refused queue, several queues or a batch beyond a policy's room: `verdicts` locks
+  and judges, the claim runs on the admitted queues only (at most `cap` todos per queue), `charge`
+  adds the claims; three round trips (BEGIN with the verdicts, the claim, the charge with COMMIT).
 
 The claim statements everywhere else skip policed queues in SQL (the `unpoliced` fragment), so a
 policy takes effect with its commit, whatever this process believes; `policed` below only remembers
-which endpoints to send straight to the locked path. When the policies cannot be read the claim fails
-closed with `deferred` / `admission_unavailable`.
+which endpoints to send straight to the policed path, and which queues to judge on the locked path
+first. When the policies cannot be read the claim fails closed with `deferred` /
+`admission_unavailable`.
 """
 
 from __future__ import annotations
@@ -39,6 +44,12 @@ WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 REASONS = ("window_exhausted", "in_flight_full", "paused", "admission_unavailable")
 MAX_IN_FLIGHT_MAX = 10_000
 MAX_CLAIMS_MAX = 1_000_000
+REFUSED_SQLSTATE = "SBA01"  # `admit`: the policy does not admit the claim now (migration 0020)
+
+
+class Refused(Exception):
+    """The fast path's policy did not admit the claim now: judge again on the locked path, which
+    reports why."""
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -87,6 +98,16 @@ class Verdicts:
         return {"ids": ids, "ns": ns, "windows": windows}
 
 
+def verdict_error(exc: psycopg.DatabaseError, queues: list[str]) -> Exception:
+    """What a verdict statement's failure means to the claim: a fast-path refusal, a claimer no longer
+    live (28000) and a cancellation stay what they are; anything else fails closed."""
+    if exc.sqlstate == REFUSED_SQLSTATE:
+        return Refused()
+    if isinstance(exc, (psycopg.errors.QueryCanceled, psycopg.errors.InvalidAuthorizationSpecification)):
+        return exc
+    return Deferred(queue=queues[0] if len(queues) == 1 else ",".join(queues), reason="admission_unavailable")
+
+
 async def judge(conn: AsyncConnection[DictRow], endpoint_id: UUID | None, queues: list[str], *,
                 claimer_id: UUID | None = None) -> Verdicts:
     """Lock and judge the policies of `queues` (first statement of the claim's transaction): those of
@@ -96,13 +117,26 @@ async def judge(conn: AsyncConnection[DictRow], endpoint_id: UUID | None, queues
         cur = await conn.execute(Q.admission.verdicts, {"endpoint_id": endpoint_id, "queues": queues,
                                                          "claimer_id": claimer_id})
         rows = await cur.fetchall()
-    except psycopg.errors.QueryCanceled:
-        raise
     except psycopg.DatabaseError as exc:
-        if isinstance(exc, psycopg.errors.InvalidAuthorizationSpecification):
-            raise
-        raise Deferred(queue=queues[0] if len(queues) == 1 else ",".join(queues),
-                       reason="admission_unavailable") from None
+        raise verdict_error(exc, queues) from None
+    return Verdicts({r["queue"]: dict(r) for r in rows})
+
+
+async def admit(conn: AsyncConnection[DictRow], endpoint_id: UUID | None, queue: str, want: int, *,
+                claimer_id: UUID | None = None) -> psycopg.AsyncCursor[DictRow]:
+    """Send the fast path's `admit` for `want` claims on `queue` (in pipeline mode nothing waits for
+    it); `admitted` reads its answer."""
+    return await conn.execute(Q.admission.admit, {"endpoint_id": endpoint_id, "queue": queue, "want": want,
+                                                  "claimer_id": claimer_id})
+
+
+async def admitted(cur: psycopg.AsyncCursor[DictRow], queue: str) -> Verdicts:
+    """The verdict `admit` charged for (no row: the queue has no policy, nothing charged). Raises
+    Refused, or what `verdict_error` makes of another failure."""
+    try:
+        rows = await cur.fetchall()
+    except psycopg.DatabaseError as exc:
+        raise verdict_error(exc, [queue]) from None
     return Verdicts({r["queue"]: dict(r) for r in rows})
 
 
@@ -120,11 +154,14 @@ async def any_policy(core: Core, endpoint_id: UUID, queues: list[str]) -> bool:
 
 
 class PolicedEndpoints:
-    """Which endpoints recently met a policy, to send their claims straight to the locked path. Only
-    a routing hint: the statements refuse to claim a policed queue without the lock either way."""
+    """Which endpoints recently met a policy, to send their claims straight to the policed path, and
+    which of their queues a policy recently refused, to judge those on the locked path first (it
+    reports the refusal; the fast path would only roll back). Only routing hints: the statements
+    refuse to claim a policed queue without the lock, and judge every claim, either way."""
 
     def __init__(self, limit: int = 10_000) -> None:
         self._ids: set[UUID] = set()
+        self._refused: set[tuple[UUID, str]] = set()
         self._limit = limit
 
     def __contains__(self, endpoint_id: object) -> bool:
@@ -137,6 +174,17 @@ class PolicedEndpoints:
             self._ids.add(endpoint_id)
         else:
             self._ids.discard(endpoint_id)
+
+    def refused(self, endpoint_id: UUID, queue: str) -> bool:
+        return (endpoint_id, queue) in self._refused
+
+    def note(self, endpoint_id: UUID, queue: str, refused: bool) -> None:
+        if refused:
+            if len(self._refused) >= self._limit:
+                self._refused.clear()
+            self._refused.add((endpoint_id, queue))
+        else:
+            self._refused.discard((endpoint_id, queue))
 
 
 # ------------------------------------------------------------------------------------ policies

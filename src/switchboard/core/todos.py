@@ -256,22 +256,37 @@ async def claim(core: Core, caller: Caller, todo_id: str, *, lease_ttl_seconds: 
 
 async def _claim_policed(core: Core, caller: Caller, params: dict[str, Any], token: str | None,
                          miss: dict[str, Any]) -> ClaimResult:
-    """A claim by id on a policed queue: lock and judge its policy, claim, charge; one transaction."""
+    """A claim by id on a policed queue: judge its policy, claim, charge; one transaction. The fast path
+    (_admit_and_claim) first, unless the policy refused this queue lately; on a refusal the locked path,
+    which says why (the error `deferred`)."""
     queue = miss["queue"]
+    admitted_params = {**params, "admitted": True}
+    identity = miss["endpoint_id"] or miss["team_id"]
+    verdicts: admission.Verdicts | None = None
+    rows: list[dict[str, Any]] = []
     conn = await core.pool.getconn()
     try:
-        async with conn.transaction():
-            verdicts = await admission.judge(conn, miss["endpoint_id"], [queue])
-            if not verdicts.admitted([queue]):
-                refusal = verdicts.deferred()[0]
-                await core.bus.publish(*_deferral_events([refusal]))
-                raise Deferred(queue=queue, reason=refusal["reason"], next_eligible_at=refusal["next_eligible_at"],
-                               op="claim", todo_id=params["id"])
-            rows = await _fetch(conn, Q.todos.claim, {**params, "admitted": True}, "claim")
-            if rows:
-                await admission.charge(conn, verdicts, {queue: 1})
-    except psycopg.errors.ExclusionViolation:
-        raise Conflict(op="claim", todo_id=params["id"]) from None
+        if not core.policed.refused(identity, queue):
+            try:
+                verdicts, rows = await _admit_and_claim(conn, queue, 1, miss["endpoint_id"], None,
+                                                        Q.todos.claim, admitted_params, "claim")
+            except admission.Refused:
+                core.policed.note(identity, queue, True)
+        if verdicts is None:
+            try:
+                async with conn.pipeline(), conn.transaction():
+                    verdicts = await admission.judge(conn, miss["endpoint_id"], [queue])
+                    if not verdicts.admitted([queue]):
+                        refusal = verdicts.deferred()[0]
+                        await core.bus.publish(*_deferral_events([refusal]))
+                        raise Deferred(queue=queue, reason=refusal["reason"],
+                                       next_eligible_at=refusal["next_eligible_at"], op="claim", todo_id=params["id"])
+                    core.policed.note(identity, queue, False)
+                    rows = await _fetch(conn, Q.todos.claim, admitted_params, "claim")
+                    if rows:
+                        await admission.charge(conn, verdicts, {queue: 1})
+            except psycopg.errors.ExclusionViolation:
+                raise Conflict(op="claim", todo_id=params["id"]) from None
     finally:
         await core.pool.putconn(conn)
     if not rows:
@@ -280,6 +295,36 @@ async def _claim_policed(core: Core, caller: Caller, params: dict[str, Any], tok
     got = _result(rows[0], token)
     got.admission = verdicts.usage_after(queue, 1)
     return got
+
+
+async def _admit_and_claim(conn: Any, queue: str, want: int, endpoint_id: uuid.UUID | None,
+                           claimer_id: uuid.UUID | None, sql: str, params: dict[str, Any],
+                           op: str) -> tuple[admission.Verdicts, list[dict[str, Any]]]:
+    """The fast path of a claim on one policed queue, one transaction in pipeline mode: BEGIN,
+    `admit` (lock the policy, judge it, charge `want` claims) and the claim statement `sql` (with
+    `admitted`) leave in one round trip; then COMMIT when the claim took `want` todos, with the
+    difference charged back first when it took fewer, or ROLLBACK when it took none. So the committed
+    charge is the number of todos claimed, and the policy's lock is held for the claim and the
+    commit only. Raises admission.Refused, with nothing changed, when the policy does not admit
+    `want` claims now (the claim behind `admit` is then skipped)."""
+    rows: list[dict[str, Any]] = []
+    try:
+        async with conn.pipeline(), conn.transaction():
+            try:
+                verdict = await admission.admit(conn, endpoint_id, queue, want, claimer_id=claimer_id)
+                claimed = await conn.execute(sql, params)
+                verdicts = await admission.admitted(verdict, queue)
+            except psycopg.DatabaseError as exc:  # the claim has not run: a failure of `admit`
+                raise admission.verdict_error(exc, [queue]) from None
+            rows = list(await claimed.fetchall())
+            if not rows:
+                raise psycopg.Rollback()
+            if verdicts.rows and len(rows) < want:
+                await admission.charge(conn, verdicts, {queue: len(rows) - want})
+    except psycopg.errors.ExclusionViolation:
+        # Refused at COMMIT (REQ-2): a racing transition opened an attempt first; nothing committed.
+        raise Conflict(op=op, todo_id=params.get("id")) from None
+    return verdicts, rows
 
 
 def _claim_queues(caller: EndpointCaller, queue: str | None) -> list[str]:
@@ -311,9 +356,10 @@ def _next_statement(queues: list[str], params: dict[str, Any], batch: bool) -> s
 Claimed = list[tuple[ClaimResult, dict[str, Any]]]  # each claim with the row it came from
 
 
-async def _claim_some(conn: Any, queues: list[str], params: dict[str, Any], n: int | None,
-                      fenced: bool, token: str | None) -> Claimed:
-    """Run one claim_next statement (n None: one todo) and pair each row with its lease token."""
+def _claim_statement(queues: list[str], params: dict[str, Any], n: int | None,
+                     fenced: bool) -> tuple[str, dict[str, Any], list[str] | None]:
+    """One claim_next statement (n None: one todo) with its parameters, and the lease tokens of a
+    fenced batch."""
     p = dict(params)
     sql = _next_statement(queues, p, batch=n is not None)
     tokens: list[str] | None = None
@@ -322,8 +368,19 @@ async def _claim_some(conn: Any, queues: list[str], params: dict[str, Any], n: i
         p["max_todos"] = n
         tokens = [new_lease_token() for _ in range(n)] if fenced else None
         p["new_token_hashes"] = [sha256(t) for t in tokens] if tokens else None
-    rows = await _fetch(conn, sql, p, "claim_next")
+    return sql, p, tokens
+
+
+def _paired(rows: list[dict[str, Any]], tokens: list[str] | None, token: str | None) -> Claimed:
+    """Each claimed row with its result and lease token."""
     return [(_result(row, tokens[row["i"] - 1] if tokens else token), row) for row in rows]
+
+
+async def _claim_some(conn: Any, queues: list[str], params: dict[str, Any], n: int | None,
+                      fenced: bool, token: str | None) -> Claimed:
+    """Run one claim_next statement (n None: one todo) and pair each row with its lease token."""
+    sql, p, tokens = _claim_statement(queues, params, n, fenced)
+    return _paired(await _fetch(conn, sql, p, "claim_next"), tokens, token)
 
 
 async def take_next(core: Core, caller: EndpointCaller, *, queue: str | None = None, max_todos: int | None = None,
@@ -355,21 +412,58 @@ async def _take_policed(core: Core, caller: EndpointCaller, queues: list[str], p
                         n: int | None, fenced: bool,
                         token: str | None) -> tuple[list[ClaimResult], list[dict[str, Any]]]:
     """claim_next on queues some of which are policed: judge, claim within each cap, charge; one
-    transaction (core/admission.py)."""
+    transaction (core/admission.py). One queue: the fast path (_admit_and_claim) first, unless its
+    policy refused this endpoint lately; several queues, or a refusal: the locked path."""
     admitted_params = {**params, "admitted": True}
-    pairs: Claimed = []
     want = n or 1
+    pairs: Claimed = []
+    verdicts: admission.Verdicts | None = None
+    conn = await core.pool.getconn()
+    try:
+        if len(queues) == 1 and not core.policed.refused(caller.endpoint_id, queues[0]):
+            sql, p, tokens = _claim_statement(queues, admitted_params, n, fenced)
+            try:
+                verdicts, rows = await _admit_and_claim(conn, queues[0], want, caller.endpoint_id,
+                                                        caller.endpoint_id, sql, p, "claim_next")
+                pairs = _paired(rows, tokens, token)
+            except admission.Refused:
+                core.policed.note(caller.endpoint_id, queues[0], True)
+        if verdicts is None:
+            verdicts, pairs = await _take_locked(core, conn, caller, queues, admitted_params, n, fenced, token)
+    finally:
+        await core.pool.putconn(conn)
+    if not verdicts.rows:
+        core.policed.mark(caller.endpoint_id, False)
+    per_queue: dict[str, int] = {}
+    for _, row in pairs:
+        per_queue[row["queue"]] = per_queue.get(row["queue"], 0) + 1
+    claimed, _ = await _claimed(core, pairs, verdicts)
+    for got in claimed:
+        got.admission = verdicts.usage_after(got.todo["queue"], per_queue.get(got.todo["queue"], 0))
+    deferred = verdicts.deferred()
+    if deferred:
+        await core.bus.publish(*_deferral_events(deferred))
+    return claimed, ([] if claimed else deferred)
+
+
+async def _take_locked(core: Core, conn: Any, caller: EndpointCaller, queues: list[str],
+                       admitted_params: dict[str, Any], n: int | None, fenced: bool,
+                       token: str | None) -> tuple[admission.Verdicts, Claimed]:
+    """The locked path of claim_next, in pipeline mode (BEGIN with `verdicts`, the claims, `charge` with
+    COMMIT): lock and judge the policies, claim on the admitted queues within each one's room,
+    charge what was claimed."""
+    want = n or 1
+    pairs: Claimed = []
 
     def room_of(queue: str) -> int:
         cap = verdicts.cap(queue)  # None: no policy on this queue
         return want if cap is None else min(cap, want)
 
-    conn = await core.pool.getconn()
     try:
-        async with conn.transaction():
+        async with conn.pipeline(), conn.transaction():
             verdicts = await admission.judge(conn, caller.endpoint_id, queues, claimer_id=caller.endpoint_id)
-            if not verdicts.rows:
-                core.policed.mark(caller.endpoint_id, False)
+            for q, r in verdicts.rows.items():  # which queues the fast path may try next time
+                core.policed.note(caller.endpoint_id, q, r["verdict"] != "admitted" or r["cap"] < want)
             open_queues = verdicts.admitted(queues)
             if open_queues and all(room_of(q) >= want for q in open_queues):
                 pairs = await _claim_some(conn, open_queues, admitted_params, n, fenced, token)
@@ -387,15 +481,7 @@ async def _take_policed(core: Core, caller: EndpointCaller, queues: list[str], p
     except psycopg.errors.ExclusionViolation:
         # Refused at COMMIT (REQ-2): a racing transition opened an attempt first; nothing committed.
         raise Conflict(op="claim_next") from None
-    finally:
-        await core.pool.putconn(conn)
-    claimed, _ = await _claimed(core, pairs, verdicts)
-    for got in claimed:
-        got.admission = verdicts.usage_after(got.todo["queue"], per_queue.get(got.todo["queue"], 0))
-    deferred = verdicts.deferred()
-    if deferred:
-        await core.bus.publish(*_deferral_events(deferred))
-    return claimed, ([] if claimed else deferred)
+    return verdicts, pairs
 
 
 async def _claimed(core: Core, pairs: Claimed,

@@ -17,6 +17,17 @@ SELECT v.*,
   FROM switchboard_admission_verdicts(%(endpoint_id)s::uuid, %(queues)s::text[]) v
  WHERE switchboard_endpoint_live(%(claimer_id)s::uuid)
 
+-- name: admit
+-- The fast path of a claim on ONE policed queue %(queue)s (migration 0020, `switchboard_admission_admit`):
+-- lock and judge its policy and, when it admits %(want)s claims, charge them in this statement; a
+-- refusal is the error SQLSTATE SBA01, so the claim sent behind this statement in the same pipeline
+-- does not run. The caller commits only when the claim took %(want)s todos, charges back the
+-- difference when it took fewer, and rolls back when it took none (core/todos.py). The claimer is
+-- refused first when no longer live, as in `verdicts`; the claim checks its reach itself.
+SELECT v.*, true AS reached
+  FROM switchboard_admission_admit(%(endpoint_id)s::uuid, %(queue)s::text, %(want)s::int) v
+ WHERE switchboard_endpoint_live(%(claimer_id)s::uuid)
+
 -- name: any_policy
 -- Whether any of %(queues)s of the endpoint has a policy (after an unpoliced claim found nothing).
 SELECT EXISTS (SELECT 1 FROM admission_policies p
@@ -25,7 +36,8 @@ SELECT EXISTS (SELECT 1 FROM admission_policies p
 
 -- name: charge
 -- One unit per committed claim, in the policy's current window (a new window starts at zero); the
--- policy rows are locked by `verdicts` in the same transaction.
+-- policy rows are locked by `verdicts` in the same transaction. After `admit` a negative %(ns)s gives
+-- back the units it charged for claims the claim statement did not make (same transaction, same window).
 UPDATE admission_policies p
    SET charged = CASE WHEN p.charged_window = c.ws THEN p.charged + c.n ELSE c.n END,
        charged_window = c.ws
