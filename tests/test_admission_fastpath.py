@@ -128,3 +128,22 @@ async def test_the_verdict_functions_keep_a_generic_plan(core):
     assert [(r["proname"], r["proconfig"]) for r in rows] == [
         ("switchboard_admission_admit", ["plan_cache_mode=force_generic_plan"]),
         ("switchboard_admission_verdicts", ["plan_cache_mode=force_generic_plan"])]
+
+
+async def test_a_revoked_endpoint_is_refused_on_both_policed_paths(core):
+    """In pipeline mode the statement's 28000 surfaces where its result is read: it is still the
+    core's `unauthorized`, as the pool's cursor reports it for a statement sent alone."""
+    from switchboard.core import endpoints
+    from switchboard.core.errors import Unauthorized
+
+    w = await make_world(core)
+    await admission.set_policy(core, w.h1, "inbox", endpoint=w.slug1, max_in_flight=5)
+    t = await w.todo()
+    core.policed.mark(w.e1.endpoint_id, True)
+    await endpoints.revoke(core, w.h1, w.slug1)
+    for refused in (False, True):  # the fast path, then the locked path
+        core.policed.note(w.e1.endpoint_id, "inbox", refused)
+        with pytest.raises(Unauthorized):
+            await todos.take_next(core, w.e1)
+    assert await charged(core, w.e1.endpoint_id) == 0
+    assert (await sql(core, "SELECT state FROM todos WHERE id = %s", (t["id"],)))[0]["state"] in ("pending", "failed")

@@ -98,6 +98,23 @@ class Verdicts:
         return {"ids": ids, "ns": ns, "windows": windows}
 
 
+PASSED_ON = (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable,
+             psycopg.errors.InvalidAuthorizationSpecification)
+
+
+def as_executed(conn: AsyncConnection[DictRow], exc: psycopg.Error) -> Exception:
+    """In pipeline mode a statement's error surfaces where its result is read, past the pool's cursor
+    that reports a timeout and a refused endpoint (SQLSTATE 28000) as the core's errors
+    (db/pool.py, DeadlineCursor): the same report here."""
+    if isinstance(exc, psycopg.errors.InvalidAuthorizationSpecification):
+        refused = getattr(conn, "refused_error", None)
+        return refused() if refused is not None else exc
+    if isinstance(exc, (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable)):
+        timeout = getattr(conn, "timeout_error", None)
+        return timeout() if timeout is not None else exc
+    return exc
+
+
 def verdict_error(exc: psycopg.DatabaseError, queues: list[str]) -> Exception:
     """What a verdict statement's failure means to the claim: a fast-path refusal, a claimer no longer
     live (28000) and a cancellation stay what they are; anything else fails closed."""

@@ -287,6 +287,8 @@ async def _claim_policed(core: Core, caller: Caller, params: dict[str, Any], tok
                         await admission.charge(conn, verdicts, {queue: 1})
             except psycopg.errors.ExclusionViolation:
                 raise Conflict(op="claim", todo_id=params["id"]) from None
+            except admission.PASSED_ON as exc:
+                raise admission.as_executed(conn, exc) from exc
     finally:
         await core.pool.putconn(conn)
     if not rows:
@@ -324,6 +326,8 @@ async def _admit_and_claim(conn: Any, queue: str, want: int, endpoint_id: uuid.U
     except psycopg.errors.ExclusionViolation:
         # Refused at COMMIT (REQ-2): a racing transition opened an attempt first; nothing committed.
         raise Conflict(op=op, todo_id=params.get("id")) from None
+    except admission.PASSED_ON as exc:
+        raise admission.as_executed(conn, exc) from exc
     return verdicts, rows
 
 
@@ -481,6 +485,8 @@ async def _take_locked(core: Core, conn: Any, caller: EndpointCaller, queues: li
     except psycopg.errors.ExclusionViolation:
         # Refused at COMMIT (REQ-2): a racing transition opened an attempt first; nothing committed.
         raise Conflict(op="claim_next") from None
+    except admission.PASSED_ON as exc:
+        raise admission.as_executed(conn, exc) from exc
     return verdicts, pairs
 
 
