@@ -544,8 +544,8 @@ async def test_a_keyed_batch_on_a_revoked_endpoint_answers_only_its_existing_tod
     before = await fingerprint(core)
     checked = producer.check_items([{"title": "old", "key": "r-1"}, {"title": "new", "key": "r-2"},
                                     {"title": "free"}], ["build"], 5)
-    made = await producer._create_batch(core, uuid.UUID(str(agent.endpoint_id)), "operator",
-                                        list(enumerate(checked)))
+    made = await producer._create_batch(core, producer._Owner(endpoint_id=uuid.UUID(str(agent.endpoint_id))),
+                                        "operator", list(enumerate(checked)))
     assert [(i, t["id"], c) for i, t, c in made] == [(0, held["id"], False)]
     assert await fingerprint(core) == before
 

@@ -10,7 +10,7 @@ import uuid
 
 from mcp_support import vend
 from switchboard.core import endpoints, producer, teams, todos
-from test_doorbell import ringing, server, stream_open  # noqa: F401  (the module's server fixture)
+from test_doorbell import bell, ringing, server, stream_open  # noqa: F401  (the module's server fixture)
 
 
 async def test_a_team_todo_rings_one_session_least_recently_rung_first(core, server):  # noqa: F811
@@ -68,3 +68,55 @@ def _ids(inbox) -> list[str]:
 async def _until(probe) -> None:
     while not probe():
         await asyncio.sleep(0.02)
+
+
+async def test_a_team_batch_rings_as_many_sessions_as_it_brings_todos(core, server):  # noqa: F811
+    """A bulk push sends one wake-up per queue (its first todo and a count): on a team queue it rings
+    that many sessions, least recently rung first, not one and not every one."""
+    from team_world import make_fleet
+
+    fleet = await make_fleet(core, members=3)  # three endpoints, each granted the team queue
+    agents = [_Agent(cred, slug) for cred, slug in zip(fleet.credentials, fleet.ep_slugs, strict=True)]
+    async with ringing(server.url, agents[0]) as (_, a), ringing(server.url, agents[1]) as (_, b), \
+            ringing(server.url, agents[2]) as (_, c):
+        for inbox in (a, b, c):
+            await stream_open(server, inbox)
+        out = await producer.push_team_many(core, fleet.humans[0], fleet.slug,
+                                            [{"title": f"b{i}", "queue": "work"} for i in range(2)])
+        first = out[0][0]["id"]
+        await asyncio.wait_for(_until(lambda: sum(bool(x.rings_for(first)) for x in (a, b, c)) == 2), 10)
+        await asyncio.sleep(0.3)  # time for a wrong third ring to arrive
+        assert sum(len(x.rings_for(first)) for x in (a, b, c)) == 2
+
+
+async def test_a_team_todo_nobody_claims_is_rung_again_by_the_sweep(core, server):  # noqa: F811
+    """The doorbell's re-ring covers team queues: a due team todo is counted once more and its wake-up
+    (naming its team) rings one session again, inside the gate window."""
+    from team_world import make_fleet
+
+    fleet = await make_fleet(core, members=1, endpoints=1)
+    async with ringing(server.url, _Agent(fleet.credentials[0], fleet.ep_slugs[0])) as (_, inbox):
+        await stream_open(server, inbox)
+        todo = await fleet.push("waits")
+        await asyncio.wait_for(_until(lambda: inbox.rings_for(todo["id"])), 10)
+        doorbell = bell(server)
+        saved = doorbell.rering_intervals
+        doorbell.rering_intervals = (0.0,)
+        try:
+            await doorbell.rering(core)
+        finally:
+            doorbell.rering_intervals = saved
+        await asyncio.wait_for(_until(lambda: len(inbox.rings_for(todo["id"])) == 2), 10)
+    async with core.pool.connection() as conn:
+        got = await (await conn.execute("SELECT ring_attempts FROM todos WHERE id = %s", (todo["id"],))).fetchone()
+    assert got["ring_attempts"] == 1
+
+
+class _Agent:
+    """What `ringing` needs of a vended agent: its credential and its MCP URL."""
+
+    def __init__(self, credential: str, slug: str) -> None:
+        self.credential, self.slug = credential, slug
+
+    def url(self, base: str) -> str:
+        return f"{base}/mcp/{self.slug}"

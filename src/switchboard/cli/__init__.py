@@ -206,15 +206,22 @@ def todo_push(slug: str | None = typer.Argument(None, metavar="[SLUG]",
                   None, "--from-file",
                   help="Many todos: a JSON Lines file (- for stdin), one object a line with the fields above; "
                        "all lines are checked before any is pushed, in batches of 1,000."),
+              team: str | None = typer.Option(None, "--team", help="With --from-file and no SLUG: the team whose "
+                                                                   "queues the lines name (each line's queue)."),
               user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Put a todo on an endpoint's queue (or many, with --from-file), or on a team queue: `todo push
-    --queue team:<team-slug>/<queue> --title T` (any member of the team may)."""
-    if slug is None and (queue is None or not queue.startswith(TEAM_PREFIX) or from_file is not None):
-        fail_usage("name the endpoint (SLUG), or push one todo to a team queue with --queue "
-                   f"{TEAM_PREFIX}<team-slug>/<queue>", argument="slug")
+    --queue team:<team-slug>/<queue> --title T` (any member of the team may), or many on a team's
+    queues: `todo push --team <team-slug> --from-file todos.jsonl`."""
+    if team is not None and (slug is not None or from_file is None):
+        fail_usage("--team goes with --from-file and no SLUG (one todo on a team queue: --queue "
+                   f"{TEAM_PREFIX}<team-slug>/<queue>)", argument="team")
+    if slug is None and team is None and (queue is None or not queue.startswith(TEAM_PREFIX)
+                                          or from_file is not None):
+        fail_usage("name the endpoint (SLUG), push one todo to a team queue with --queue "
+                   f"{TEAM_PREFIX}<team-slug>/<queue>, or many with --team <team-slug> --from-file",
+                   argument="slug")
     if from_file is not None:
-        assert slug is not None
-        _push_file(slug, from_file, user, as_json, title=title, queue=queue, payload=payload, key=key,
+        _push_file(slug, team, from_file, user, as_json, title=title, queue=queue, payload=payload, key=key,
                    max_attempts=max_attempts, assignee=assignee, kind=kind)
         return
     if title is None:
@@ -230,7 +237,8 @@ def todo_push(slug: str | None = typer.Argument(None, metavar="[SLUG]",
     emit(out, as_json, lambda o: typer.echo(("created " if o["created"] else "exists  ") + _todo_line(o["todo"])))
 
 
-def _push_file(slug: str, path: str, user: str | None, as_json: bool, **single: object) -> None:
+def _push_file(slug: str | None, team: str | None, path: str, user: str | None, as_json: bool,
+               **single: object) -> None:
     from . import push_file
 
     given = sorted(k for k, v in single.items() if v is not None)
@@ -239,8 +247,13 @@ def _push_file(slug: str, path: str, user: str | None, as_json: bool, **single: 
                    argument=given[0])
     lines = push_file.read_lines(path)
     be = backend(user)
-    out = push_file.merge(be.todo_push_many(slug, push_file.batches([v for _, v in lines]),
-                                            lambda queues: push_file.check(lines, queues)))
+    batches = push_file.batches([v for _, v in lines])
+    if team is not None:
+        replies = be.team_push_many(team, batches, lambda slug_: push_file.check(lines, [], team=slug_))
+    else:
+        assert slug is not None
+        replies = be.todo_push_many(slug, batches, lambda queues: push_file.check(lines, queues))
+    out = push_file.merge(replies)
     emit(out, as_json, lambda o: typer.echo(f"{o['created']} created, {o['existing']} existing"))
 
 

@@ -182,6 +182,17 @@ class Local:
         todo, created = run(work)
         return {"todo": todo, "created": created}
 
+    def team_push_many(self, team: str, batches: list[list[dict]], check: Callable[[str], None]) -> list[dict]:
+        """`check(team slug)` once the human is known to be a member, then one statement per batch."""
+        from ..core import producer, teams
+
+        async def work(core):
+            h = await human(core, self.user)
+            check((await teams.membership(core, h, team))["slug"])
+            return [producer.batch_reply(await producer.push_team_many(core, h, team, batch)) for batch in batches]
+
+        return run(work)
+
     # teams
     def _team(self, call: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         async def work(core):
@@ -434,6 +445,10 @@ class Remote:
 
         team, _ = _checked(lambda: inputs.team_label(inputs.queue(queue)))
         return self.api.post(f"/teams/{remote.seg(team)}/todos", _given(queue=queue, **fields))
+
+    def team_push_many(self, team: str, batches: list[list[dict]], check: Callable[[str], None]) -> list[dict]:
+        check(self.api.get(f"/teams/{remote.seg(team)}")["team"]["slug"])
+        return [self.api.post(f"/teams/{remote.seg(team)}/todos:batch", {"todos": batch}) for batch in batches]
 
     # teams
     def team_create(self, slug: str, *, name: str | None) -> dict:

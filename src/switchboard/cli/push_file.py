@@ -1,6 +1,7 @@
-"""`switchboard todo push SLUG --from-file todos.jsonl`: many todos from a JSON Lines file (or `-`
-for standard input), one object a line with the fields of a single push (`title`, `queue`,
-`payload`, `kind`, `key`, `max_attempts`, `assignee`); blank lines are skipped.
+"""`switchboard todo push SLUG --from-file todos.jsonl` (or `todo push --team TEAM --from-file …` for a
+team's queues): many todos from a JSON Lines file (or `-` for standard input), one object a line
+with the fields of a single push (`title`, `queue`, `payload`, `kind`, `key`, `max_attempts`,
+`assignee`; for a team each line names its queue); blank lines are skipped.
 
 Every line is read and checked (JSON, an object, each field by the core's rules, the queue one of the
 endpoint's) before the first todo is pushed, so a bad line is refused naming its line number and
@@ -57,10 +58,11 @@ def read_lines(path: str) -> list[tuple[int, Any]]:
     return out
 
 
-def check(lines: list[tuple[int, Any]], queues: list[str]) -> None:
-    """The core's checks on every line; the first bad one exits naming its line and field."""
+def check(lines: list[tuple[int, Any]], queues: list[str], team: str | None = None) -> None:
+    """The core's checks on every line (for `team`, each line names a queue of that team); the first
+    bad one exits naming its line and field."""
     try:
-        check_items([v for _, v in lines], queues, MAX_ATTEMPTS_MIN)
+        check_items([v for _, v in lines], queues, MAX_ATTEMPTS_MIN, team=team)
     except Invalid as exc:
         # "todos[i].field ..." -> "line N field ..."
         index_part = (exc.argument or "todos[0]")[len("todos["):]

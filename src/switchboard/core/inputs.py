@@ -256,6 +256,22 @@ def team_label(value: object, argument: str = "queue") -> tuple[str, str]:
                   " or _.:-", argument=argument)
 
 
+def team_queue_label(team: str, queue: object, argument: str = "queue") -> str:
+    """A queue of team `team` named by its bare name or by its label, as its label."""
+    if isinstance(queue, str) and is_team_label(queue):
+        slug, _ = team_label(queue, argument)
+        if slug != team:
+            raise Invalid(f"{argument} {queue} is not a queue of team {team}", argument=argument)
+        return queue
+    if queue is None or queue == "":
+        raise Invalid(f"{argument} is required: a queue of team {team} (its name, or {TEAM_PREFIX}{team}/<queue>)",
+                      argument=argument)
+    if not isinstance(queue, str) or not _QUEUE.fullmatch(queue):
+        raise Invalid(f"{argument} must be 1-{QUEUE_MAX_CHARS} letters, digits or _.:- starting with a letter or "
+                      f"digit, or {TEAM_PREFIX}{team}/<queue>", argument=argument)
+    return f"{TEAM_PREFIX}{team}/{queue}"
+
+
 def team_slug(value: object, argument: str = "team") -> str:
     if not isinstance(value, str) or not _TEAM_SLUG.fullmatch(value):
         raise Invalid(f"{argument} must be 1-32 lower-case letters, digits or - starting with a letter or digit",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -69,8 +70,9 @@ def _endpoint_queue(queue: object, queues: list[str]) -> str:
     return queue
 
 
-def _item(raw: object, queues: list[str], default_max_attempts: int) -> dict[str, Any]:
-    """One item of a bulk push, checked by the rules of a single push (errors name the bare field)."""
+def _item(raw: object, queues: list[str], default_max_attempts: int, team: bool = False) -> dict[str, Any]:
+    """One item of a bulk push, checked by the rules of a single push (errors name the bare field);
+    `team`: a push to a team, whose items name their queues by label."""
     if not isinstance(raw, dict):
         raise Invalid("must be an object", argument="")
     unknown = sorted(str(k) for k in raw if k not in PUSH_FIELDS)
@@ -80,9 +82,10 @@ def _item(raw: object, queues: list[str], default_max_attempts: int) -> dict[str
     payload = raw.get("payload")
     payload_text = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
     queue = _endpoint_queue(raw.get("queue"), queues)
-    if inputs.is_team_label(queue):
-        raise Invalid("a bulk push goes to one endpoint's own queues; push team queue todos one by one",
-                      argument="queue")
+    if inputs.is_team_label(queue) and not team:
+        raise Invalid("a bulk push to an endpoint goes to its own queues; push to a team queue through the team "
+                      "(POST /api/v1/teams/{team}/todos:batch, or `todo push --queue team:<slug>/<queue> "
+                      "--from-file`)", argument="queue")
     return {
         "queue": queue,
         "title": inputs.text(raw.get("title"), "title", max_chars=inputs.TITLE_MAX_CHARS, required=True),
@@ -160,31 +163,47 @@ def _plain_item(raw: object, own: frozenset[str], single: str | None,
     return item
 
 
-def _own_queues(queues: list[str]) -> frozenset[str]:
-    """The endpoint's queues that a bulk push may name as they are (not team labels, valid names)."""
+def _own_queues(queues: list[str], team: bool = False) -> frozenset[str]:
+    """The queues that a bulk push may name as they are (valid names; team labels only for a team)."""
     own = set()
     for q in queues:
         try:
-            if not inputs.is_team_label(inputs.queue(q)):
+            if team or not inputs.is_team_label(inputs.queue(q)):
                 own.add(q)
         except Invalid:
             pass
     return frozenset(own)
 
 
-def check_items(items: list[Any] | tuple[Any, ...], queues: list[str],
-                default_max_attempts: int) -> list[dict[str, Any]]:
+def _team_items(items: list[Any] | tuple[Any, ...], team: str) -> list[Any]:
+    """The items of a push to team `team` with each queue as its label: an item names its queue, by its
+    bare name or its label (`todos[i].queue` otherwise). Items that are not objects are left to
+    `check_items` to refuse."""
+    out = []
+    for i, raw in enumerate(items):
+        if isinstance(raw, dict):
+            raw = dict(raw, queue=inputs.team_queue_label(team, raw.get("queue"), f"todos[{i}].queue"))
+        out.append(raw)
+    return out
+
+
+def check_items(items: list[Any] | tuple[Any, ...], queues: list[str], default_max_attempts: int, *,
+                team: str | None = None) -> list[dict[str, Any]]:
     """Every item checked by the rules of a single push, in order, before anything is written; the
     first bad one is `invalid` naming `todos[i].field` (i from 0). The CLI checks a whole file with
-    it before its first batch."""
-    own = _own_queues(queues)
-    single = queues[0] if len(queues) == 1 and queues[0] in own else None
+    it before its first batch. With `team` (a team's slug) the items go to that team's queues, and
+    `queues` is not used: each item names one of them."""
+    if team is not None:
+        items = _team_items(items, team)
+        queues = sorted({raw["queue"] for raw in items if isinstance(raw, dict)})
+    own = _own_queues(queues, team is not None)
+    single = queues[0] if team is None and len(queues) == 1 and queues[0] in own else None
     out = []
     for i, raw in enumerate(items):
         item = _plain_item(raw, own, single, default_max_attempts)
         if item is None:
             try:
-                item = _item(raw, queues, default_max_attempts)
+                item = _item(raw, queues, default_max_attempts, team is not None)
             except Invalid as exc:
                 where = f"todos[{i}]" + (f".{exc.argument}" if exc.argument else "")
                 bare = f"{exc.argument} " if exc.argument else ""
@@ -195,10 +214,23 @@ def check_items(items: list[Any] | tuple[Any, ...], queues: list[str],
     return out
 
 
-def check_batch(core: Core, items: object, queues: list[str]) -> list[dict[str, Any]]:
+def check_batch(core: Core, items: object, queues: list[str], team: str | None = None) -> list[dict[str, Any]]:
     if not isinstance(items, (list, tuple)) or not 1 <= len(items) <= inputs.PUSH_BATCH_MAX:
         raise Invalid(f"todos must be a list of 1 to {inputs.PUSH_BATCH_MAX} objects", argument="todos")
-    return check_items(items, queues, core.settings.default_max_attempts)
+    return check_items(items, queues, core.settings.default_max_attempts, team=team)
+
+
+@dataclass(frozen=True)
+class _Owner:
+    """Whom a bulk push's todos belong to: an endpoint, or a team (pushed by one of its members)."""
+
+    endpoint_id: Any = None
+    team_id: Any = None
+    human_id: Any = None
+
+    def event(self, todo: dict[str, Any], source: str) -> events.Event:
+        return events.Event(verb="create", todo=todo, endpoint_id=str(self.endpoint_id or ""),
+                            queue=todo["queue"], ready="created", source=source, team_id=str(self.team_id or ""))
 
 
 async def push_many(core: Core, human: HumanCaller, slug: str, items: object, *,
@@ -216,7 +248,23 @@ async def push_many(core: Core, human: HumanCaller, slug: str, items: object, *,
     if endpoint["state"] != "active":
         raise Invalid("endpoint is revoked", argument="endpoint")
     checked = check_batch(core, items, list(endpoint["scope_queues"]))
+    return await _push_checked(core, _Owner(endpoint_id=endpoint["id"]), checked, source)
 
+
+async def push_team_many(core: Core, human: HumanCaller, team: object, items: object, *,
+                         source: str = "operator") -> list[tuple[dict[str, Any], bool]]:
+    """`push_many` on the queues of a team (any member may): each item names its queue, by its bare
+    name or its label `team:<team-slug>/<queue>`; a label of another team is `invalid`. The team's
+    idempotency keys are honoured as by a single team push. Outside the team it is not_found, and
+    a member removed while the batch runs either waits for it or finds nothing inserted (the INSERT
+    share-locks the membership row, as `todos.create_team` does)."""
+    membership = await teams.membership(core, human, team)
+    checked = check_batch(core, items, [], team=membership["slug"])
+    return await _push_checked(core, _Owner(team_id=membership["id"], human_id=human.human_id), checked, source)
+
+
+async def _push_checked(core: Core, owner: _Owner, checked: list[dict[str, Any]],
+                        source: str) -> list[tuple[dict[str, Any], bool]]:
     # A key repeated within the call: only its first item is inserted; the others answer with it.
     first_of_key: dict[str, int] = {}
     same_as: dict[int, int] = {}
@@ -232,18 +280,16 @@ async def push_many(core: Core, human: HumanCaller, slug: str, items: object, *,
 
     answers: dict[int, tuple[dict[str, Any], bool]] = {}
     created: list[events.Event] = []
-    endpoint_id = str(endpoint["id"])
     for _ in range(2):
-        for i, todo, was_created in await _create_batch(core, endpoint["id"], source,
-                                                        [(i, checked[i]) for i in send]):
+        for i, todo, was_created in await _create_batch(core, owner, source, [(i, checked[i]) for i in send]):
             answers[i] = (todo, was_created)
             if was_created:
-                created.append(events.Event(verb="create", todo=todo, endpoint_id=endpoint_id,
-                                            queue=todo["queue"], ready="created", source=source))
+                created.append(owner.event(todo, source))
         send = [i for i in send if i not in answers]
         if not send:
             break
-        await todos.require_live_endpoint(core, endpoint["id"])
+        if owner.endpoint_id is not None:
+            await todos.require_live_endpoint(core, owner.endpoint_id)
     if created:
         await core.bus.publish(*created)
     if send:  # a duplicate kept finishing between our statements
@@ -300,10 +346,11 @@ def _created_todo(todo_id: str, item: dict[str, Any], source: str, created_at: s
     return todo
 
 
-async def _create_batch(core: Core, endpoint_id: Any, source: str,
+async def _create_batch(core: Core, owner: _Owner, source: str,
                         items: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any], bool]]:
-    """Run `producer.create_batch` (or `create_batch_keyless`) for `items` ((input index, checked
-    item)); answers (index, compact todo, created) for the items inserted or found as live duplicates."""
+    """Run `producer.create_batch` (or `create_batch_keyless`, or their team forms) for `items` ((input
+    index, checked item)); answers (index, compact todo, created) for the items inserted or found as
+    live duplicates."""
     ids = new_todo_ids(len(items))
     payloads = []
     for _, it in items:
@@ -312,7 +359,8 @@ async def _create_batch(core: Core, endpoint_id: Any, source: str,
             text = _encode(it["payload"])
         payloads.append(text or "null")
     keys = [it["key"] for _, it in items]
-    params = {"endpoint_id": endpoint_id, "source": source, "ids": _encode(ids),
+    params = {"endpoint_id": owner.endpoint_id, "team_id": owner.team_id, "human_id": owner.human_id,
+              "source": source, "ids": _encode(ids),
               "queues": _encode([it["queue"] for _, it in items]),
               "kinds": _column([it["kind"] for _, it in items]),
               "titles": _encode([it["title"] for _, it in items]),
@@ -325,7 +373,11 @@ async def _create_batch(core: Core, endpoint_id: Any, source: str,
     conn = await core.pool.getconn()
     try:
         try:
-            cur = await conn.execute(Q.producer.create_batch if keyed else Q.producer.create_batch_keyless, params)
+            if owner.team_id is not None:
+                sql = Q.producer.create_team_batch if keyed else Q.producer.create_team_batch_keyless
+            else:
+                sql = Q.producer.create_batch if keyed else Q.producer.create_batch_keyless
+            cur = await conn.execute(sql, params)
         except psycopg.errors.ForeignKeyViolation:
             raise NotFound("endpoint not found", argument="endpoint_id", op="create") from None
         rows = await cur.fetchall()
@@ -333,7 +385,9 @@ async def _create_batch(core: Core, endpoint_id: Any, source: str,
         await core.pool.putconn(conn)
     head, rest = rows[0], rows[1:]
     made = head["batch_made"]
-    if made == 0 and not rest:  # the endpoint is not live: nothing inserted, nothing found
+    if made == 0 and not rest:  # the endpoint is not live, or the human left the team: nothing inserted
+        if owner.team_id is not None:
+            raise NotFound("team not found", argument="team", op="create")
         return []
     if made + len(rest) != len(items):
         raise RuntimeError(f"bulk push: {made} inserted and {len(rest)} not, of {len(items)} items")

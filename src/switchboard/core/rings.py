@@ -35,14 +35,16 @@ async def oldest_pending(core: Core, endpoint_id: UUID | str, queues: Iterable[s
 
 
 
-async def rering_due(core: Core, endpoint_ids: Iterable[UUID | str], *,
+async def rering_due(core: Core, endpoint_ids: Iterable[UUID | str], *, team_queues: Iterable[str] = (),
                      intervals: tuple[float, ...] = RERING_INTERVALS, per_endpoint: int = 3) -> list[dict[str, Any]]:
-    """Count one more ring on the due todos of these endpoints; their wake-ups go out at commit."""
+    """Count one more ring on the due todos of these endpoints and of these team queues (labels);
+    their wake-ups go out at commit."""
     ids = [str(e) for e in endpoint_ids]
-    if not ids:
+    labels = sorted({q for q in team_queues if q.startswith("team:")})
+    if not ids and not labels:
         return []
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.rings.rering_due, {
-            "endpoints": ids, "intervals": list(intervals), "min_interval": min(intervals),
-            "per_endpoint": per_endpoint})
+            "endpoints": ids, "team_queues": labels, "intervals": list(intervals),
+            "min_interval": min(intervals), "per_endpoint": per_endpoint})
         return await cur.fetchall()

@@ -165,7 +165,7 @@ class Doorbell:
         for todo in await rings.pending_by_ids(self.runtime.core, wanted):
             forced = wanted[todo["id"]].get("reason") == "rering"
             if todo.get("team_id"):
-                await self.ring_team(todo, use_gate=not forced)
+                await self.ring_team(todo, use_gate=not forced, count=_count(wanted[todo["id"]]))
             else:
                 await self.ring(todo, use_gate=not forced)
 
@@ -175,10 +175,12 @@ class Doorbell:
         return (any(label in live.caller.queues for live in self.sessions.all())
                 or any(label in stream.queues for stream in self.listeners.all()))
 
-    async def ring_team(self, todo: dict, *, use_gate: bool = True) -> int:
+    async def ring_team(self, todo: dict, *, use_gate: bool = True, count: int = 1) -> int:
         """A ready team todo rings ONE session or listen stream here: among those of endpoints that
         reach its queue now (granted, their human a member), the one rung least recently (issue 13;
-        docs/decisions.md D35). The gate and the re-queue rules are per todo, as for any todo."""
+        docs/decisions.md D35). The gate and the re-queue rules are per todo, as for any todo. A
+        wake-up for `count` todos pushed by one statement (a bulk push names its first todo) rings
+        up to `count` of them, least recently rung first: one per todo, as if each had rung."""
         todo_id = str(todo["id"])
         if use_gate and self._gated(todo_id):
             self.stats["gated"] += 1
@@ -192,14 +194,16 @@ class Doorbell:
             + [(self.team_rung.get(f"listen:{id(st)}", 0.0), f"listen:{id(st)}", st) for st in streams])
         if not choices:
             return 0
-        _, key, chosen = min(choices, key=lambda c: (c[0], c[1]))
+        picked = sorted(choices, key=lambda c: (c[0], c[1]))[:max(count, 1)]
         self._mark(todo_id)
-        self.team_rung[key] = time.monotonic()
+        now = time.monotonic()
         if len(self.team_rung) > 10_000:
             self.team_rung.clear()
-        if isinstance(chosen, LiveSession):
-            return await self.ring(todo, use_gate=False, only=[chosen])
-        return await self.ring(todo, use_gate=False, only_streams=[chosen])
+        for _, key, _ in picked:
+            self.team_rung[key] = now
+        return await self.ring(todo, use_gate=False,
+                               only=[c for _, _, c in picked if isinstance(c, LiveSession)],
+                               only_streams=[c for _, _, c in picked if isinstance(c, ListenStream)])
 
     async def ring(self, todo: dict, *, use_gate: bool = True, only: list[LiveSession] | None = None,
                    only_streams: list[ListenStream] | None = None) -> int:
@@ -312,10 +316,18 @@ class Doorbell:
         due pending todos of endpoints with sessions here; the wake-ups their statement sends at
         commit ring every process's sessions."""
         endpoints = self._local_endpoints()
+        team_queues = ({q for live in self.sessions.all() for q in live.caller.queues if q.startswith("team:")}
+                       | {q for stream in self.listeners.all() for q in stream.queues if q.startswith("team:")})
         if core is None and self.runtime.is_open:
             core = self.runtime.core
-        if endpoints and core is not None:
-            await rings.rering_due(core, endpoints, intervals=self.rering_intervals)
+        if (endpoints or team_queues) and core is not None:
+            await rings.rering_due(core, endpoints, team_queues=team_queues, intervals=self.rering_intervals)
+
+
+def _count(note: dict) -> int:
+    """How many todos a wake-up stands for (a bulk push sends one per queue with their count)."""
+    count = note.get("count")
+    return count if isinstance(count, int) and count > 0 else 1
 
 
 def component(bell: Doorbell) -> Component:

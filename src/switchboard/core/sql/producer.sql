@@ -77,3 +77,67 @@ WITH live AS (
     RETURNING 1
 )
 SELECT 0 AS batch_ord, count(*)::int AS batch_made, now() AS created_at FROM made
+
+-- name: create_team_batch
+-- create_batch on the queues of a team (each item's queue is a label of that team), pushed by a member:
+-- inserts only while %(human_id)s is a member, the membership row share-locked until commit (a removal
+-- waits for the batch or commits first and nothing is made), as `todos.create_team` does. Keys are the
+-- team's (the same partial unique index as a single team push).
+WITH live AS (
+    SELECT m.team_id FROM team_members m
+     WHERE m.team_id = %(team_id)s AND m.human_id = %(human_id)s
+       FOR SHARE
+), made AS (
+    INSERT INTO todos (id, team_id, queue, source, kind, title, payload, idempotency_key, assignee, max_attempts)
+    SELECT i.id, %(team_id)s, i.queue, %(source)s, i.kind, i.title, nullif(i.payload, 'null'), i.key,
+           i.assignee, i.max_attempts::int
+      FROM ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(queues)s::jsonb),
+                      jsonb_array_elements_text(%(kinds)s::jsonb), jsonb_array_elements_text(%(titles)s::jsonb),
+                      jsonb_array_elements(%(payloads)s::jsonb), jsonb_array_elements_text(%(keys)s::jsonb),
+                      jsonb_array_elements_text(%(assignees)s::jsonb),
+                      jsonb_array_elements_text(%(max_attempts)s::jsonb))
+           WITH ORDINALITY AS i(id, queue, kind, title, payload, key, assignee, max_attempts, ord)
+     WHERE EXISTS (SELECT FROM live)
+     ORDER BY i.ord
+    ON CONFLICT (team_id, idempotency_key)
+       WHERE team_id IS NOT NULL AND idempotency_key IS NOT NULL AND state NOT IN ('done', 'canceled')
+         AND (state <> 'failed' OR next_retry_at IS NOT NULL)
+    DO NOTHING
+    RETURNING id
+)
+SELECT 0 AS batch_ord, count(*)::int AS batch_made, now() AS created_at, NULL::text AS id, NULL::uuid AS endpoint_id,
+       NULL::text AS queue, NULL::text AS source, NULL::text AS kind, NULL::text AS title, NULL::text AS state,
+       NULL::text AS owner, NULL::text AS assignee, NULL::int AS attempt, NULL::int AS max_attempts,
+       NULL::timestamptz AS lease_expires_at, NULL::timestamptz AS next_retry_at, NULL::jsonb AS payload
+  FROM made
+UNION ALL
+SELECT i.ord, NULL, t.created_at, t.id, t.endpoint_id, t.queue, t.source, t.kind, t.title, t.state, t.owner,
+       t.assignee, t.attempt, t.max_attempts, t.lease_expires_at, t.next_retry_at, t.payload
+  FROM ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(keys)s::jsonb))
+       WITH ORDINALITY AS i(id, key, ord)
+  LEFT JOIN todos t ON t.team_id = %(team_id)s AND t.idempotency_key = i.key
+                   AND t.state NOT IN ('done', 'canceled') AND (t.state <> 'failed' OR t.next_retry_at IS NOT NULL)
+ WHERE EXISTS (SELECT FROM live)
+   AND (SELECT count(*) FROM made) < jsonb_array_length(%(ids)s::jsonb)
+   AND NOT EXISTS (SELECT 1 FROM made m WHERE m.id = i.id)
+
+-- name: create_team_batch_keyless
+-- create_batch_keyless on the queues of a team, pushed by a member (the membership share-locked).
+WITH live AS (
+    SELECT m.team_id FROM team_members m
+     WHERE m.team_id = %(team_id)s AND m.human_id = %(human_id)s
+       FOR SHARE
+), made AS (
+    INSERT INTO todos (id, team_id, queue, source, kind, title, payload, assignee, max_attempts)
+    SELECT i.id, %(team_id)s, i.queue, %(source)s, i.kind, i.title, nullif(i.payload, 'null'), i.assignee,
+           i.max_attempts::int
+      FROM ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(queues)s::jsonb),
+                      jsonb_array_elements_text(%(kinds)s::jsonb), jsonb_array_elements_text(%(titles)s::jsonb),
+                      jsonb_array_elements(%(payloads)s::jsonb), jsonb_array_elements_text(%(assignees)s::jsonb),
+                      jsonb_array_elements_text(%(max_attempts)s::jsonb))
+           WITH ORDINALITY AS i(id, queue, kind, title, payload, assignee, max_attempts, ord)
+     WHERE EXISTS (SELECT FROM live)
+     ORDER BY i.ord
+    RETURNING 1
+)
+SELECT 0 AS batch_ord, count(*)::int AS batch_made, now() AS created_at FROM made

@@ -25,14 +25,17 @@ SELECT p.id, p.endpoint_id, p.team_id, p.queue, p.title, p.kind, p.source
 -- name: rering_due
 -- Pending todos nobody claimed, rung again on a widening interval: the k-th re-ring is due
 -- intervals[min(k, n)] seconds after the last ring (or after the todo became pending), at most 5
--- re-rings, at most `per_endpoint` per endpoint per tick. The ring is counted in this statement and
--- the wake-up leaves at its commit, so every process rings its own sessions.
+-- re-rings, at most `per_endpoint` per endpoint (or per team queue among %(team_queues)s, the labels
+-- the process's sessions name) per tick. The ring is counted in this statement and the wake-up
+-- leaves at its commit, so every process rings its own sessions (a team todo's, one of them).
 WITH due AS (
     SELECT id FROM (
-        SELECT t.id, row_number() OVER (PARTITION BY t.endpoint_id
+        SELECT t.id, row_number() OVER (PARTITION BY t.endpoint_id, CASE WHEN t.endpoint_id IS NULL THEN t.queue END
                                         ORDER BY coalesce(t.last_ringed_at, t.updated_at)) AS rn
           FROM todos t
-         WHERE t.endpoint_id = ANY(%(endpoints)s::uuid[]) AND t.state = 'pending' AND t.ring_attempts < 5
+         WHERE (t.endpoint_id = ANY(%(endpoints)s::uuid[])
+                OR (t.endpoint_id IS NULL AND t.queue = ANY(%(team_queues)s::text[])))
+           AND t.state = 'pending' AND t.ring_attempts < 5
            AND coalesce(t.last_ringed_at, t.updated_at) <= now() - make_interval(secs => %(min_interval)s)
            AND coalesce(t.last_ringed_at, t.updated_at)
                <= now() - make_interval(secs => (%(intervals)s::float8[])[
@@ -50,4 +53,5 @@ UPDATE todos x
  WHERE x.id = locked.id
 RETURNING x.id, x.ring_attempts,
           pg_notify('switchboard_ready', json_build_object('todo_id', x.id, 'endpoint_id', x.endpoint_id,
-                                                           'queue', x.queue, 'reason', 'rering')::text) AS rang
+                                                           'team_id', x.team_id, 'queue', x.queue,
+                                                           'reason', 'rering')::text) AS rang

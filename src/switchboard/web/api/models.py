@@ -527,6 +527,12 @@ class TeamPushRequest(PushRequest):
     queue: str = Field(description="The team queue: its name, or its label team:<team-slug>/<queue> of this team.")
 
 
+class TeamPushManyRequest(Request):
+    todos: list[TeamPushRequest] = Field(min_length=1, max_length=inputs.PUSH_BATCH_MAX,
+                                         description=f"1 to {inputs.PUSH_BATCH_MAX} todos, each with the fields "
+                                                     "of a single team push; all are checked before any is pushed.")
+
+
 # -------------------------------------------------------------------------------------- admission
 
 # The window's fields are checked by the core, which names a bad one `window.<field>`; the document

@@ -304,20 +304,19 @@ async def ungrant_queue(call: Call) -> Response:
                                           call.body.endpoint))
 
 
-def team_queue_label(team: str, queue: object) -> str:
-    """A team queue named by its bare name or by its label, as the label of `team`."""
-    if isinstance(queue, str) and inputs.is_team_label(queue):
-        slug, _ = inputs.team_label(queue)
-        if slug != team:
-            raise Invalid(f"queue {queue} is not a queue of team {team}", argument="queue")
-        return queue
-    return f"{inputs.TEAM_PREFIX}{team}/{inputs.queue(queue)}"
+async def push_team_todos(call: Call) -> Response:
+    body = call.body
+    assert isinstance(body, m.TeamPushManyRequest)
+    items = [item.model_dump(exclude_unset=True) for item in body.todos]
+    results = await producer.push_team_many(call.core, call.human, call.path("team"), items, source="api")
+    reply = producer.batch_reply(results)
+    return json_reply(reply, 201 if reply["created"] else 200)
 
 
 async def push_team_todo(call: Call) -> Response:
     f = _push_fields(call)
     team = (await teams.membership(call.core, call.human, call.path("team")))["slug"]  # outside: not_found
-    label = team_queue_label(team, f.pop("queue", None))
+    label = inputs.team_queue_label(team, f.pop("queue", None))
     todo, created = await producer.push_team(call.core, call.human, label, source="api", **f)
     return json_reply({"todo": todo, "created": created}, 201 if created else 200)
 
@@ -532,6 +531,14 @@ OPERATIONS: list[Operation] = [
               description="Any member may. The body is a push's, with `queue` required: the queue's name or its "
                           "label team:<team-slug>/<queue>. 201 with `created: true`; 200 with `created: false` "
                           "when a live todo of the team already has this key."),
+    Operation("POST", "/api/v1/teams/{team}/todos:batch", "team_todo_push_batch", "teams",
+              "Push many todos on a team's queues", push_team_todos, m.PushManyReply, status=201, also=(200,),
+              body=m.TeamPushManyRequest,
+              description=f"Any member may. Up to {inputs.PUSH_BATCH_MAX} todos in one statement, each naming its "
+                          "queue (its name or its label team:<team-slug>/<queue> of this team), answered in order, "
+                          "each `created` or the team's live todo already holding its key. A bad item is `invalid` "
+                          "naming `todos[i].field` and nothing is pushed. 201 when any todo was created, else 200. "
+                          "The wake-ups are one per queue: a batch rings as many idle agents as it brings todos."),
     # admission control
     Operation("GET", "/api/v1/admission", "admission_list", "admission", "List your admission policies",
               list_policies, m.PolicyList,
