@@ -15,9 +15,11 @@ from switchboard.core.errors import Deferred
 
 
 async def charged(core, endpoint_id, queue="inbox") -> int:
-    rows = await sql(core, "SELECT charged FROM admission_policies WHERE endpoint_id = %s AND queue = %s",
-                     (endpoint_id, queue))
-    return rows[0]["charged"]
+    """The units the policy has charged in its current window, over its shards (migration 0021)."""
+    rows = await sql(core, "SELECT switchboard_admission_used(p.id, switchboard_window_start(p.window_period,"
+                           " p.window_tz, p.window_start_minute, p.window_weekday, now())) AS n"
+                           " FROM admission_policies p WHERE endpoint_id = %s AND queue = %s", (endpoint_id, queue))
+    return rows[0]["n"]
 
 
 async def test_the_committed_charge_is_what_the_claim_took(core):

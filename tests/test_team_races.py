@@ -255,8 +255,10 @@ async def test_race_max_in_flight_three_under_ten_claimers(rcore):
         for row in parked[: random.randint(0, len(parked))]:  # answered: claimed again, still in flight
             await todos.provide_input(core, f.humans[1], row["id"], payload={"ok": True})
             await todos.complete(core, f.humans[1], row["id"])
-    policy = (await sql(core, "SELECT charged, charged_window = date_trunc('hour', now()) AS this_hour"
-                              " FROM admission_policies"))[0]
+    policy = (await sql(core, "SELECT switchboard_admission_used(p.id, date_trunc('hour', now())) AS charged,"
+                              " switchboard_admission_used(p.id, date_trunc('hour', now())) = sum(s.charged)"
+                              " AS this_hour FROM admission_policies p JOIN admission_shards s ON s.policy_id = p.id"
+                              " GROUP BY p.id"))[0]
     if policy["this_hour"]:  # the run stayed inside one window: every claim is in the charge
         total = (await sql(core, "SELECT count(*) AS n FROM todo_attempts a JOIN todos t ON t.id = a.todo_id"
                                  " WHERE t.queue = %s", (f.label,)))[0]["n"]

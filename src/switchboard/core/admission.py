@@ -5,15 +5,22 @@ A policy belongs to one queue identity: `(endpoint, queue)` or `(team, queue)`. 
 on a policed queue is charged one unit (takeovers and claims after a retry included); nothing
 refunds. A claim on a policed queue runs as one transaction, in pipeline mode (core/todos.py):
 
-- fast path, a claim on one policed queue: `admit` locks the policy row (always before any todo: one
-  lock order for every claimer), judges it with a snapshot taken after the lock (a VOLATILE function,
-  migrations 0017 and 0020) and, when it admits, charges the claims in the same statement; a refusal
-  is an error (SQLSTATE SBA01) that skips the claim statement sent behind it. BEGIN, `admit` and the
-  claim travel in one round trip; the transaction then commits when the claim took what was charged,
-  charges back the difference when it took fewer, and rolls back when it took nothing;
+- fast path, a claim on one policed queue: `admit` judges the policy with a snapshot taken after its
+  lock (a VOLATILE function, migrations 0017, 0020 and 0021; always before any todo: one lock order
+  for every claimer) and, when it admits, charges the claims in the same statement; a refusal is an
+  error (SQLSTATE SBA01) that skips the claim statement sent behind it. The lock is one of the
+  policy's shard rows while the committed usage leaves room for every shard holder (claimers of one
+  queue hold their shards at once), else the policy row and all its shards (exact, one at a time);
+  the charge goes to the shard held. BEGIN, `admit` and the claim travel in one round trip; the
+  transaction then commits when the claim took what was charged, charges back the difference on the
+  same shard when it took fewer, and rolls back when it took nothing;
 - locked path, a refused queue, several queues or a batch beyond a policy's room: `verdicts` locks
-  and judges, the claim runs on the admitted queues only (at most `cap` todos per queue), `charge`
-  adds the claims; three round trips (BEGIN with the verdicts, the claim, the charge with COMMIT).
+  the policies and their shards and judges exactly, the claim runs on the admitted queues only (at
+  most `cap` todos per queue), `charge` adds the claims to shard 0; three round trips (BEGIN with the
+  verdicts, the claim, the charge with COMMIT).
+
+A window's usage is the sum of the charges of that window over the policy's shards
+(`switchboard_admission_used`; the proof that the shards never over-admit is in migration 0021).
 
 The claim statements everywhere else skip policed queues in SQL (the `unpoliced` fragment), so a
 policy takes effect with its commit, whatever this process believes; `policed` below only remembers
@@ -88,14 +95,17 @@ class Verdicts:
                 "window_resets_at": _iso(r["window_resets"])}
 
     def charges(self, claimed_per_queue: dict[str, int]) -> dict[str, list[Any]]:
-        ids, ns, windows = [], [], []
+        """The `charge` statement's parameters: each policy's units on the shard the verdict holds (the
+        fast path's own shard, or shard 0 under the exact verdict's locks; migration 0021)."""
+        ids, shards, ns, windows = [], [], [], []
         for queue, n in claimed_per_queue.items():
             r = self.rows.get(queue)
             if r is not None and n:
                 ids.append(r["policy_id"])
+                shards.append(r.get("shard") or 0)
                 ns.append(n)
                 windows.append(r["window_starts"])
-        return {"ids": ids, "ns": ns, "windows": windows}
+        return {"ids": ids, "shards": shards, "ns": ns, "windows": windows}
 
 
 PASSED_ON = (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable,
@@ -327,7 +337,7 @@ async def clear(core: Core, human: HumanCaller, queue: object, *, endpoint: obje
 
 def public(row: dict[str, Any]) -> dict[str, Any]:
     """A policy with its usage now, as people and agents read it."""
-    used = row["charged"] if row["charged_window"] == row["ws"] else 0
+    used = row["used"]  # the current window's charges over the policy's shards
     limit = row["max_claims_per_window"]
     paused = bool(row["paused"]) or row["max_in_flight"] == 0 or limit == 0
     status_ = ("paused" if paused

@@ -28,10 +28,10 @@ Teams and admission control (issue 13):
   identity that were claimed since the policy last changed (a lowered cap does not evict what was
   admitted before it) number at most max_in_flight;
 - charged units equal committed claims in the current window: the units charged to the current
-  window equal the attempts opened on the queue identity since the later of the window's start and
-  the policy's creation. Exact on the assumptions that nothing pruned or deleted an attempt of the
-  window (history cap, retention) and that the window's definition was not changed inside it (a new
-  definition starts its window at zero).
+  window (summed over the policy's shard rows, migration 0021) equal the attempts opened on the
+  queue identity since the later of the window's start and the policy's creation. Exact on the
+  assumptions that nothing pruned or deleted an attempt of the window (history cap, retention) and
+  that the window's definition was not changed inside it (a new definition starts its window at zero).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ CHECKS = {
         SELECT p.id FROM admission_policies p
          CROSS JOIN LATERAL (SELECT switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
                                                              p.window_weekday, now()) AS ws) w
-         WHERE CASE WHEN p.charged_window = w.ws THEN p.charged ELSE 0 END <> (
+         WHERE switchboard_admission_used(p.id, w.ws) <> (
                SELECT count(*) FROM todos t JOIN todo_attempts a ON a.todo_id = t.id
                 WHERE {_POLICY_TODO} AND a.claimed_at >= greatest(w.ws, p.created_at))""",
 }

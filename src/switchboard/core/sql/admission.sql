@@ -1,13 +1,14 @@
--- Admission control: policies per queue identity and their charges (migration 0017).
+-- Admission control: policies per queue identity (migration 0017) and their charges, kept on the
+-- policy's shard rows (migration 0021): a window's usage is the sum over the shards.
 
 -- name: verdicts
 -- First statement of a policed claim's transaction: locks the policies of %(queues)s that apply to the
--- endpoint %(endpoint_id)s (its own queues, and team labels) and judges each (the function's own
--- statements read after the lock; migration 0017). For claim_next %(claimer_id)s is the calling
--- endpoint: refused before any verdict is read once revoked or expired (`endpoint_live`), and
--- `reached` is false for a team queue it does not reach now (no grant, or its human left the team):
--- its claim finds nothing, and its verdict is not reported to it (a deferral would tell it about a
--- queue outside its reach: its backlog, its pause). A claim by id passes no claimer: the todo's reach
+-- endpoint %(endpoint_id)s (its own queues, and team labels) and their shards, and judges each exactly
+-- (the function's own statements read after the locks; migrations 0017 and 0021). For claim_next
+-- %(claimer_id)s is the calling endpoint: refused before any verdict is read once revoked or expired
+-- (`endpoint_live`), and `reached` is false for a team queue it does not reach now (no grant, or its
+-- human left the team): its claim finds nothing, and its verdict is not reported to it (a deferral
+-- would tell it about a queue outside its reach: its backlog, its pause). A claim by id passes no claimer: the todo's reach
 -- was checked before, and the claim statement checks the caller itself.
 SELECT v.*,
        (%(claimer_id)s::uuid IS NULL OR NOT starts_with(v.queue, 'team:') OR EXISTS (
@@ -19,11 +20,13 @@ SELECT v.*,
 
 -- name: admit
 -- The fast path of a claim on ONE policed queue %(queue)s (migration 0020, `switchboard_admission_admit`):
--- lock and judge its policy and, when it admits %(want)s claims, charge them in this statement; a
--- refusal is the error SQLSTATE SBA01, so the claim sent behind this statement in the same pipeline
--- does not run. The caller commits only when the claim took %(want)s todos, charges back the
--- difference when it took fewer, and rolls back when it took none (core/todos.py). The claimer is
--- refused first when no longer live, as in `verdicts`; the claim checks its reach itself.
+-- judge its policy and, when it admits %(want)s claims, charge them in this statement (on a shard of the
+-- policy while the usage leaves room for every shard holder, else with the policy and its shards
+-- locked; migration 0021); a refusal is the error SQLSTATE SBA01, so the claim sent behind this
+-- statement in the same pipeline does not run. The caller commits only when the claim took %(want)s
+-- todos, charges back the difference when it took fewer, and rolls back when it took none
+-- (core/todos.py). The claimer is refused first when no longer live, as in `verdicts`; the claim
+-- checks its reach itself.
 SELECT v.*, true AS reached
   FROM switchboard_admission_admit(%(endpoint_id)s::uuid, %(queue)s::text, %(want)s::int) v
  WHERE switchboard_endpoint_live(%(claimer_id)s::uuid)
@@ -35,14 +38,19 @@ SELECT EXISTS (SELECT 1 FROM admission_policies p
                   AND (p.endpoint_id = %(endpoint_id)s::uuid OR p.team_id IS NOT NULL)) AS policed
 
 -- name: charge
--- One unit per committed claim, in the policy's current window (a new window starts at zero); the
--- policy rows are locked by `verdicts` in the same transaction. After `admit` a negative %(ns)s gives
--- back the units it charged for claims the claim statement did not make (same transaction, same window).
-UPDATE admission_policies p
-   SET charged = CASE WHEN p.charged_window = c.ws THEN p.charged + c.n ELSE c.n END,
-       charged_window = c.ws
-  FROM unnest(%(ids)s::uuid[], %(ns)s::int[], %(windows)s::timestamptz[]) AS c(id, n, ws)
- WHERE p.id = c.id
+-- Units charged to the shard %(shards)s of each policy (migration 0021), in the policy's current window
+-- %(windows)s (a shard that still counts an earlier window starts this one at the units; one that
+-- already counts a later window is left as it is: the charge belongs to a window that has ended). The
+-- caller holds that shard: the locked path holds shard 0 of every policy it judged (`verdicts`), the
+-- fast path the shard `admit` charged. After `admit` a negative %(ns)s gives back the units it charged
+-- for claims the claim statement did not make (same transaction, same shard, same window).
+UPDATE admission_shards s
+   SET charged = CASE WHEN s.charged_window = c.ws THEN s.charged + c.n
+                      WHEN s.charged_window > c.ws THEN s.charged
+                      ELSE c.n END,
+       charged_window = greatest(s.charged_window, c.ws)
+  FROM unnest(%(ids)s::uuid[], %(shards)s::int[], %(ns)s::int[], %(windows)s::timestamptz[]) AS c(id, shard, n, ws)
+ WHERE s.policy_id = c.id AND s.shard = c.shard
 
 -- name: upsert_endpoint
 -- Set the policy of an endpoint's queue (a new one, or new limits for an old one; its charges stay).
@@ -88,12 +96,10 @@ DELETE FROM admission_policies
 RETURNING id
 
 -- name: status
--- The policies and usage of the given queue identities, unlocked (a read for people and agents).
-SELECT p.*, switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
-                                     p.window_weekday, now()) AS ws,
-       switchboard_window_end(p.window_period, p.window_tz,
-                              switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
-                                                       p.window_weekday, now())) AS resets,
+-- The policies and usage of the given queue identities, unlocked (a read for people and agents):
+-- `used` is the current window's charges summed over the policy's shards.
+SELECT p.*, w.ws, switchboard_window_end(p.window_period, p.window_tz, w.ws) AS resets,
+       switchboard_admission_used(p.id, w.ws) AS used,
        (SELECT count(*)::int FROM todos t
          WHERE t.queue = p.queue
            AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id ELSE t.team_id = p.team_id END)
@@ -105,6 +111,8 @@ SELECT p.*, switchboard_window_start(p.window_period, p.window_tz, p.window_star
            AND t.state = 'pending' LIMIT 100000) z) AS pending,
        e.slug AS endpoint_slug
   FROM admission_policies p
+ CROSS JOIN LATERAL (SELECT switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
+                                                     p.window_weekday, now()) AS ws) w
   LEFT JOIN endpoints e ON e.id = p.endpoint_id
  WHERE p.queue = ANY(%(queues)s::text[])
    AND (p.endpoint_id = ANY(%(endpoint_ids)s::uuid[]) OR p.team_id = ANY(%(team_ids)s::uuid[]))

@@ -22,8 +22,9 @@ SELECT queue, 'dead_letter', count(*)::bigint, 0::float FROM todos
 SELECT DISTINCT unnest(scope_queues) AS queue FROM endpoints WHERE state = 'active'
 
 -- name: admission_states
--- Each admission policy's status now (as core/admission.py `public` says it) and, when it holds the
--- queue back, how many todos wait on it (counted up to 100,000).
+-- Each admission policy's status now (as core/admission.py `public` says it; the window's usage summed
+-- over the policy's shards) and, when it holds the queue back, how many todos wait on it (counted up
+-- to 100,000).
 SELECT v.queue, v.status,
        CASE WHEN v.status = 'open' THEN 0 ELSE
            (SELECT count(*) FROM (SELECT 1 FROM todos t
@@ -34,9 +35,9 @@ SELECT v.queue, v.status,
   FROM (SELECT p.queue, p.endpoint_id, p.team_id,
                CASE WHEN p.paused OR p.max_in_flight = 0 OR p.max_claims_per_window = 0 THEN 'paused'
                     WHEN p.max_claims_per_window IS NOT NULL
-                         AND p.charged_window = switchboard_window_start(p.window_period, p.window_tz,
-                                                   p.window_start_minute, p.window_weekday, now())
-                         AND p.charged >= p.max_claims_per_window THEN 'window_exhausted'
+                         AND switchboard_admission_used(p.id, switchboard_window_start(
+                                 p.window_period, p.window_tz, p.window_start_minute, p.window_weekday, now()))
+                             >= p.max_claims_per_window THEN 'window_exhausted'
                     WHEN p.max_in_flight IS NOT NULL AND p.max_in_flight <= (
                          SELECT count(*) FROM todos t
                           WHERE t.queue = p.queue
