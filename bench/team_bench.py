@@ -12,22 +12,26 @@ hits all of them alike:
                drains the queue whatever the worker count
   team-policy  the same on `team:bench/policed` (20 other endpoints) under an admission policy that
                never refuses (max_in_flight 1,000, 1,000,000 claims a day): every claim takes the
-               policed path (policy row locked, judged, charged, in one transaction)
+               policed path (a shard of the policy locked, judged, charged, in one transaction)
 
 Each database first gets 20,000 done todos with one completed attempt each (as the store benchmark
 does), and every queue a backlog of pending todos topped up before each measurement. CPU per cycle
 of this process and of the embedded PostgreSQL is reported next to the rates.
 
-With --levers three measurement-only variants join the rotation, each on its own policed queue and
-endpoints, each turning back one step of the policed path (docs/decisions.md D38):
+With --levers four measurement-only variants join the rotation, each on its own policed queue and
+endpoints, each turning back one step of the policed path (docs/decisions.md D38, D40):
 
+  team-policy-unstriped  `team-policy` with the fast path on one shard (a copy of migration 0021's
+                       `admit` whose policies have one stripe): its claimers take turns on that row,
+                       as they did on the policy row before migration 0021
   team-policy-locked   `team-policy` always on the locked path (verdicts, claim, charge; pipelined in
                        three round trips) instead of the fast path (`admit` charging in the statement
                        that judges, sent with BEGIN and the claim; two round trips)
   team-policy-nopipe   the locked path without pipeline mode: five round trips (BEGIN, verdicts, claim,
                        charge, COMMIT), the policy row locked across all of them
   team-policy-0017     the same with migration 0017's verdict function (created by the bench under
-                       another name): the policed path as it was before migration 0020
+                       another name, reading the window's usage over the shards): the policed path
+                       as it was before migration 0020
 
 With --team-levers four more, about the team path:
 
@@ -43,8 +47,8 @@ With --team-levers four more, about the team path:
                        plans the team claim statement afresh on every call)
 
 With --explain the run ends with EXPLAIN ANALYZE (rolled back) of each variant's claim statement, and
-of the admission verdict, on the loaded database, and with the number of generic and custom plans
-each prepared statement got in ten executions.
+of the admission verdict and the fast path's `admit`, on the loaded database, and with the number of
+generic and custom plans each prepared statement got in ten executions.
 
     .venv/bin/python bench/team_bench.py                          # about 3 minutes on 2 cores
     .venv/bin/python bench/team_bench.py --rounds 2 --seconds 1.5 # a quick look
@@ -99,8 +103,9 @@ NOLOCK_QUEUE = f"team:{TEAM}/nolock"
 GENERIC_QUEUE = f"team:{TEAM}/generic"
 PARSE_QUEUE = f"team:{TEAM}/parse"
 FORCED_QUEUE = f"team:{TEAM}/forced"
-ADMISSION_LEVERS = {"team-policy-locked": f"team:{TEAM}/locked", "team-policy-nopipe": f"team:{TEAM}/nopipe",
-                    "team-policy-0017": f"team:{TEAM}/old"}
+ADMISSION_LEVERS = {"team-policy-unstriped": f"team:{TEAM}/unstriped", "team-policy-locked": f"team:{TEAM}/locked",
+                    "team-policy-nopipe": f"team:{TEAM}/nopipe", "team-policy-0017": f"team:{TEAM}/old"}
+LOCKED_LEVERS = ("team-policy-locked", "team-policy-nopipe", "team-policy-0017")
 TEAM_LEVERS = {"team-nolock": NOLOCK_QUEUE, "team-policy-generic": GENERIC_QUEUE, "team-parsecache": PARSE_QUEUE,
                "team-generic": FORCED_QUEUE}
 POLICED = {"team-policy", "team-policy-generic", *ADMISSION_LEVERS}
@@ -164,10 +169,40 @@ def verdicts_0017():
 
 
 def old_verdicts_sql() -> str:
-    """Migration 0017's verdict function, under the name bench_verdicts_0017."""
+    """Migration 0017's verdict function, under the name bench_verdicts_0017, reading the window's
+    usage over the shards (migration 0021 moved the charges there)."""
     text = (MIGRATIONS / "0017_admission.sql").read_text("utf-8")
     body = text[text.index("CREATE FUNCTION switchboard_admission_verdicts"):]
+    old_used = "CASE WHEN p.charged_window = p.ws THEN p.charged ELSE 0 END AS used_now"
+    if old_used not in body:
+        raise SystemExit("bench: migration 0017's verdict no longer reads its charges as expected; update it")
+    body = body.replace(old_used, "switchboard_admission_used(p.id, p.ws) AS used_now")
     return body.replace("FUNCTION switchboard_admission_verdicts", "OR REPLACE FUNCTION bench_verdicts_0017", 1)
+
+
+def unstriped_admit_sql() -> str:
+    """Migration 0021's `admit` under the name bench_admit_unstriped, with one stripe per policy: its
+    fast path locks shard 0 (or waits for it), so the claimers of one queue take turns on one row."""
+    text = (MIGRATIONS / "0021_admission_shards.sql").read_text("utf-8")
+    body = text[text.index("CREATE FUNCTION switchboard_admission_admit"):]
+    if "switchboard_admission_stripes(" not in body:
+        raise SystemExit("bench: migration 0021's admit no longer reads its stripes as expected; update it")
+    body = body.replace("switchboard_admission_stripes(", "bench_one_stripe(")
+    return ("CREATE OR REPLACE FUNCTION bench_one_stripe(m int, w int) RETURNS int LANGUAGE sql IMMUTABLE"
+            " AS 'SELECT 1';\n"
+            + body.replace("FUNCTION switchboard_admission_admit", "OR REPLACE FUNCTION bench_admit_unstriped", 1))
+
+
+@contextlib.contextmanager
+def admit_unstriped():
+    """The fast path's `admit` calling bench_admit_unstriped."""
+    overlay = _Overlay("admission", {"admit": Q.admission.admit.replace(
+        "switchboard_admission_admit(", "bench_admit_unstriped(")})
+    admission.Q = overlay
+    try:
+        yield
+    finally:
+        admission.Q = Q
 
 
 @dataclass
@@ -238,10 +273,11 @@ async def open_bench(uri: str, history: int, levers: bool = False, team_levers: 
         queues[key] = Queue(label, callers[label], TEAM_LOAD, {"team_id": team_id, "queue": label})
     if levers:
         locked = Core(pool=pool, settings=core.settings, policed=AlwaysLocked())
-        for key in ADMISSION_LEVERS:
+        for key in LOCKED_LEVERS:
             queues[key].core = locked
         async with core.pool.connection() as conn:
             await conn.execute(old_verdicts_sql())
+            await conn.execute(unstriped_admit_sql())
     if team_levers:
         generic = psycopg.conninfo.make_conninfo(uri, options="-c plan_cache_mode=force_generic_plan")
         pool2 = await open_pool(generic, min_size=2, max_size=20)
@@ -319,7 +355,8 @@ def variants(bench: Bench) -> list[Variant]:
     out = [Variant("single", run_single), Variant("team", run_team("team")),
            Variant("team-policy", run_team("team-policy"))]
     if "team-policy-locked" in bench.queues:
-        out += [Variant("team-policy-locked", run_team("team-policy-locked")),
+        out += [Variant("team-policy-unstriped", run_swapped("team-policy-unstriped", admit_unstriped)),
+                Variant("team-policy-locked", run_team("team-policy-locked")),
                 Variant("team-policy-nopipe", run_swapped("team-policy-nopipe", pipeline_off)),
                 Variant("team-policy-0017", run_swapped("team-policy-0017", pipeline_off, verdicts_0017))]
     if "team-nolock" in bench.queues:
@@ -356,6 +393,8 @@ async def explain(bench: Bench) -> str:
                                                          "queues": [POLICED_QUEUE]}),
         ("team-policy: claim_next_team_one (admitted)", Q.todos.claim_next_team_one,
          claim_params(policed, queues=[], queue=POLICED_QUEUE, admitted=True)),
+        ("team-policy: admit (the fast path, one claim)", Q.admission.admit,
+         {"endpoint_id": policed.endpoint_id, "claimer_id": policed.endpoint_id, "queue": POLICED_QUEUE, "want": 1}),
     ]
     out = []
     async with await psycopg.AsyncConnection.connect(bench.uri) as conn:
@@ -385,9 +424,11 @@ async def explain(bench: Bench) -> str:
             await conn.execute("LOAD 'auto_explain'", prepare=False) if setting.startswith("auto_explain.log_min") \
                 else None
             await conn.execute(f"SET {setting}", prepare=False)
-        await (await conn.execute(cases[2][1], cases[2][2], prepare=False)).fetchall()
-        await conn.rollback()
-        out.append("--- team-policy: verdicts, inner statements (auto_explain)\n" + "\n\n".join(msgs))
+        for title, sql, params in (cases[2], cases[4]):
+            msgs.clear()
+            await (await conn.execute(sql, params, prepare=False)).fetchall()
+            await conn.rollback()
+            out.append(f"--- {title}, inner statements (auto_explain)\n" + "\n\n".join(msgs))
     for title, name in (("team: claim_next_team_one", "claim_next_team_one"),
                         ("single: claim_next_one", "claim_next_one")):
         out.append(f"--- {title}, generic plan\n" + await generic_plan(bench, name))
@@ -457,11 +498,17 @@ async def main(args: argparse.Namespace) -> int:
             async with bench.core.pool.connection() as conn:
                 for key in (k for k in bench.queues if k in POLICED):
                     label = bench.queues[key].name
-                    cur = await conn.execute("SELECT charged FROM admission_policies WHERE queue = %s", (label,))
-                    units = (await cur.fetchone())["charged"]
+                    cur = await conn.execute(
+                        "SELECT switchboard_admission_used(p.id, switchboard_window_start(p.window_period, p.window_tz,"
+                        " p.window_start_minute, p.window_weekday, now())) AS charged,"
+                        " (SELECT count(*) FROM admission_shards s WHERE s.policy_id = p.id AND s.charged > 0)"
+                        " AS shards"
+                        " FROM admission_policies p WHERE p.queue = %s", (label,))
+                    row = await cur.fetchone()
+                    units, used_shards = row["charged"], row["shards"]
                     cur = await conn.execute("SELECT count(*) AS n FROM todo_attempts a JOIN todos t"
                                              " ON t.id = a.todo_id WHERE t.queue = %s", (label,))
-                    charges.append((key, units, (await cur.fetchone())["n"]))
+                    charges.append((key, units, (await cur.fetchone())["n"], used_shards))
             plans = await explain(bench) if args.explain else None
         finally:
             if bench is not None:
@@ -476,7 +523,8 @@ async def main(args: argparse.Namespace) -> int:
     names = [v.name for v in vs]
     ratios = [("team", "single"), ("team-policy", "single"), ("team-policy", "team")]
     if args.levers:
-        ratios += [("team-policy", "team-policy-locked"), ("team-policy-locked", "team-policy-nopipe"),
+        ratios += [("team-policy", "team-policy-unstriped"), ("team-policy-unstriped", "team-policy-locked"),
+                   ("team-policy", "team-policy-locked"), ("team-policy-locked", "team-policy-nopipe"),
                    ("team-policy-nopipe", "team-policy-0017"), ("team-policy-0017", "single")]
     if args.team_levers:
         ratios += [("team-nolock", "team"), ("team-policy-generic", "team-policy"), ("team-parsecache", "team"),
@@ -515,9 +563,9 @@ async def main(args: argparse.Namespace) -> int:
         fmt_table([[str(w)] + [f"{statistics.median(wal[n][w]):,.0f}" for n in names] for w in worker_counts],
                   ["workers", *names]),
         "",
-        "policy charges: " + "; ".join(f"{key} {units:,} units charged, {opened:,} attempts opened"
-                                       + (" (equal)" if units == opened else " (DIFFER)")
-                                       for key, units, opened in charges),
+        "policy charges: " + "; ".join(f"{key} {units:,} units charged on {shards} shards, {opened:,} attempts"
+                                       " opened" + (" (equal)" if units == opened else " (DIFFER)")
+                                       for key, units, opened, shards in charges),
         "",
         "targets (issue 13: within 10 % of the single-endpoint figure):",
         *(f"- {name}: {value:.2f} -> {'met' if value >= 0.90 else 'MISSED'}" for name, value in targets),
@@ -545,7 +593,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="done todos with one attempt each, loaded first (default 20,000)")
     p.add_argument("--explain", action="store_true", help="EXPLAIN ANALYZE the claim statements at the end")
     p.add_argument("--levers", action="store_true", help="also the measurement-only variants of the policed path"
-                                                          " (team-policy-locked, -nopipe, -0017)")
+                                                          " (team-policy-unstriped, -locked, -nopipe, -0017)")
     p.add_argument("--team-levers", action="store_true", help="also the measurement-only variants of the team path"
                                                                " (team-nolock, -policy-generic, -parsecache, -generic)")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
