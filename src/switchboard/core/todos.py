@@ -303,11 +303,12 @@ async def _admit_and_claim(conn: Any, queue: str, want: int, endpoint_id: uuid.U
                            claimer_id: uuid.UUID | None, sql: str, params: dict[str, Any],
                            op: str) -> tuple[admission.Verdicts, list[dict[str, Any]]]:
     """The fast path of a claim on one policed queue, one transaction in pipeline mode: BEGIN,
-    `admit` (lock the policy, judge it, charge `want` claims) and the claim statement `sql` (with
-    `admitted`) leave in one round trip; then COMMIT when the claim took `want` todos, with the
-    difference charged back first when it took fewer, or ROLLBACK when it took none. So the committed
-    charge is the number of todos claimed, and the policy's lock is held for the claim and the
-    commit only. Raises admission.Refused, with nothing changed, when the policy does not admit
+    `admit` (lock a shard of the policy, or the policy and all its shards near a cap; judge; charge
+    `want` claims to the shard held) and the claim statement `sql` (with `admitted`) leave in one
+    round trip; then COMMIT when the claim took `want` todos, with the difference charged back to the
+    same shard first when it took fewer, or ROLLBACK when it took none. So the committed charge is
+    the number of todos claimed, and the admission lock is held for the claim and the commit only
+    (migration 0021). Raises admission.Refused, with nothing changed, when the policy does not admit
     `want` claims now (the claim behind `admit` is then skipped)."""
     rows: list[dict[str, Any]] = []
     try:
