@@ -418,13 +418,13 @@ async def explain(bench: Bench) -> str:
         # The admission verdict is a function: its inner statements' plans, as auto_explain logs them.
         msgs: list[str] = []
         conn.add_notice_handler(lambda d: msgs.append(d.message_primary or ""))
-        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
-                        "auto_explain.log_analyze = on", "auto_explain.log_buffers = on",
-                        "auto_explain.log_level = notice"):
-            await conn.execute("LOAD 'auto_explain'", prepare=False) if setting.startswith("auto_explain.log_min") \
-                else None
-            await conn.execute(f"SET {setting}", prepare=False)
         for title, sql, params in (cases[2], cases[4]):
+            for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
+                            "auto_explain.log_analyze = on", "auto_explain.log_buffers = on",
+                            "auto_explain.log_level = notice"):  # SET in the transaction: again after each rollback
+                await conn.execute("LOAD 'auto_explain'", prepare=False) \
+                    if setting.startswith("auto_explain.log_min") else None
+                await conn.execute(f"SET {setting}", prepare=False)
             msgs.clear()
             await (await conn.execute(sql, params, prepare=False)).fetchall()
             await conn.rollback()
