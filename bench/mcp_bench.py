@@ -201,14 +201,18 @@ class Served:
             self.proc.kill()
 
 
-def serve(uri: str, log_level: str, variant: str | None = None, profile_to: Path | None = None) -> Served:
+def serve(uri: str, log_level: str, variant: str | None = None, profile_to: Path | None = None,
+          src: str | None = None) -> Served:
     """`switchboard serve` as its own process; with `variant`, bench/mcp_variant_server.py instead;
-    with `profile_to`, `switchboard serve` under cProfile (`serve_profiled`), stats written there."""
+    with `profile_to`, `switchboard serve` under cProfile (`serve_profiled`), stats written there;
+    with `src`, the `switchboard serve` of another tree (its `src` directory first on PYTHONPATH)."""
     port = free_port()
     env = dict(os.environ, SWITCHBOARD_DATABASE_URL=uri, SWITCHBOARD_PORT=str(port), SWITCHBOARD_HOST="127.0.0.1",
                SWITCHBOARD_RATE_LIMIT_RPS="1000000", SWITCHBOARD_RATE_LIMIT_BURST="1000000",
                SWITCHBOARD_MCP_MAX_SESSIONS_PER_ENDPOINT="100000",  # the memory figure holds --sessions on one endpoint
                SWITCHBOARD_LOG_LEVEL=log_level, SWITCHBOARD_SWEEP_INTERVAL_SECONDS="3600")
+    if src:
+        env["PYTHONPATH"] = src
     log = open(os.environ.get("MCP_BENCH_SERVER_LOG", os.devnull), "wb")
     if profile_to is not None:
         command = [sys.executable, str(Path(__file__).resolve()), "--serve-profiled", str(profile_to)]
@@ -595,6 +599,67 @@ def print_figures(out: dict, args: argparse.Namespace) -> None:
           "and their GET streams (target <= 200 MB)")
 
 
+async def compare_trees(args: argparse.Namespace) -> None:
+    """--compare-src: claim_next -> complete cycles over MCP against two servers on one database, this
+    tree's and another's (PYTHONPATH naming its src), both running, measured alternately in each round
+    (the order flips every round) in both protocol eras: cycles/s, the server's CPU and PostgreSQL's
+    CPU per cycle, and the other tree's CPU over this tree's as the median of per-round ratios."""
+    src = str(Path(args.compare_src).resolve())
+    if not (Path(src) / "switchboard").is_dir():
+        raise SystemExit(f"bench: --compare-src {src}: no switchboard package there (name the tree's src)")
+    seconds = args.seconds
+    trees = {"this tree": None, "other tree": src}
+    async with database(args.keep) as uri:
+        settings = load_settings(database_url=uri)
+        pool = await open_pool(uri, min_size=1, max_size=2)
+        core = Core(pool=pool, settings=settings)
+        try:
+            human = await humans.add(core, "bench", "bench-password")
+            ep, credential = await endpoints.vend(core, human, agent="bench", queues=[QUEUE], lease_ttl=1800)
+            slug = ep["slug"]
+            await seed(core, ep["endpoint_id"], int(args.rounds * seconds * 4 * 1200) + 20000)
+            served = {name: serve(uri, args.log_level, src=path) for name, path in trees.items()}
+            samples: dict[tuple[str, str], list[tuple]] = {(t, e): [] for t in trees for e in (SESSION_ERA, MODERN_ERA)}
+            try:
+                await asyncio.sleep(1.0)
+                for srv in served.values():  # warm-up: pools filled, statements prepared
+                    for era in (SESSION_ERA, MODERN_ERA):
+                        await light_cycles(srv, slug, credential, min(2.0, seconds / 2), era)
+                for i in range(args.rounds):
+                    order = list(samples) if i % 2 == 0 else list(reversed(samples))
+                    for name, era in order:
+                        got = await with_pg_cpu(core, light_cycles(served[name], slug, credential, seconds, era))
+                        samples[(name, era)].append(got)
+                        print(f"round {i + 1}: {name} ({era}) {got[0]:,.0f} cycles/s, server {got[1]:.2f} ms,"
+                              f" PostgreSQL {got[3] if got[3] is not None else float('nan'):.2f} ms per cycle",
+                              file=sys.stderr)
+            finally:
+                for srv in served.values():
+                    srv.stop()
+        finally:
+            await pool.close()
+
+    def ratio(name: str, era: str, k: int) -> str:
+        a, b = samples[(name, era)], samples[("this tree", era)]
+        if any(x[k] is None for x in a + b):
+            return "-"
+        return f"{statistics.median(x[k] / y[k] for x, y in zip(a, b, strict=True)):.2f}"
+
+    print(f"\nclaim_next -> complete over MCP, 4 clients, {args.rounds} alternating rounds of {seconds:g} s;"
+          f" other tree: {src}")
+    print("| tree | era | cycles/s | server CPU ms/cycle | PostgreSQL CPU ms/cycle | server CPU / this tree's"
+          " | PostgreSQL CPU / this tree's |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for (name, era), xs in samples.items():
+        pg = [x[3] for x in xs if x[3] is not None]
+        pg_ms = f"{statistics.median(pg):.2f}" if pg else "-"
+        per_s, server_ms = statistics.median(x[0] for x in xs), statistics.median(x[1] for x in xs)
+        print(f"| {name} | {era} | {per_s:,.0f} | {server_ms:.2f} | {pg_ms} | {ratio(name, era, 1)}"
+              f" | {ratio(name, era, 3)} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({f"{t}, {e}": xs for (t, e), xs in samples.items()}, indent=2))
+
+
 LEVERS = (("shipped", SESSION_ERA), ("sse", SESSION_ERA), ("otel", SESSION_ERA), ("asyncio-h11", SESSION_ERA),
           ("no-cache", SESSION_ERA), ("no-logs", SESSION_ERA), ("shipped", MODERN_ERA), ("no-schema", MODERN_ERA))
 
@@ -882,6 +947,9 @@ def main() -> None:
                    help="only the cost of each layer in front of the SDK (in this process), of the HTTP deadlines, "
                         "and PostgreSQL's cost of the endpoint check in each statement")
     p.add_argument("--layer-requests", type=int, default=5000, help="requests per --layers measurement (default 5000)")
+    p.add_argument("--compare-src", metavar="SRC",
+                   help="only claim_next -> complete over MCP against this tree's server and another tree's (SRC:"
+                        " its src directory, e.g. from `git worktree add` or `git archive`), alternating in rounds")
     p.add_argument("--serve-profiled", metavar="FILE", help=argparse.SUPPRESS)  # the profiled server process
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--keep", action="store_true", help="keep the benchmark database")
@@ -896,6 +964,9 @@ def main() -> None:
         p.error("--profile-only needs --profile FILE")
     if args.quick:
         args.seconds, args.rounds = 3.0, 2
+    if args.compare_src:
+        asyncio.run(compare_trees(args))
+        return
     asyncio.run(run(args))
 
 

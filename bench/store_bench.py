@@ -209,12 +209,8 @@ SELECT u.*, NULL::jsonb AS closed_attempt FROM u
 # --levers: the per-claim statements with one lever of issue 17 pulled each, measured against the core's
 # in one run. Each is a text substitution on the core's spliced statement; the bench stops if the core's
 # text no longer holds what it replaces.
-_CAP_READ = ("SELECT greatest(5, coalesce((SELECT value::int FROM settings\n"
-             "                                   WHERE key = 'attempt_history_max_per_todo'), 50)) AS n")
-_PRIOR_START = ("       (SELECT coalesce(jsonb_agg(to_jsonb(p) || jsonb_build_object('notes', "
-                "jsonb_path_query_array(p.notes, '$[last]')) ORDER BY p.seq DESC), '[]'::jsonb)\n"
-                "          FROM (SELECT z.* FROM")
-_PRIOR_END = "ORDER BY z.seq DESC LIMIT 5) p) AS prior_attempts"
+_CAP_READ = ("SELECT greatest(5, coalesce((SELECT value::int FROM settings WHERE key = "
+             "'attempt_history_max_per_todo'),\n                              50)) AS n")
 # What the Python path reads of a todo row (shapes.full, events.build) and of a closed attempt (shapes.attempt).
 TODO_COLUMNS = ("id, endpoint_id, queue, source, kind, title, state, owner, assignee, attempt, max_attempts, "
                 "lease_expires_at, next_retry_at, created_at, payload, input_request, input, attempts_total, "
@@ -229,37 +225,87 @@ def _sub(sql: str, old: str, new: str, what: str) -> str:
     return sql.replace(old, new)
 
 
+_CLOSED_KEY = "   WHERE t.prior_state = 'claimed' AND a.todo_id = t.id AND a.seq = t.prior_total"
+_COMPLETE_KEY = "     WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL"
+
+# The levers that are candidates for the core (`all` pulls them together), then those that only measure
+# what a guarantee costs. One more was measured and is in the core now: no prior-attempts read for a
+# first attempt (docs/benchmarks.md).
+CANDIDATE_LEVERS = ("cap", "narrow", "keyed")
+LEVERS = (*CANDIDATE_LEVERS, "all", "arms", "live", "policy", "ownscope", "fk")
+_CLAIMER_SET = "claimed_by_endpoint_id = %(claimer_endpoint_id)s::uuid"
+
+
 def lever_statements(lever: str) -> dict[str, str]:
-    """claim_next_one and complete with `lever` pulled: cap (no settings read: the cap as a constant),
-    prior (no prior-attempts read for a first attempt), narrow (only the columns the caller reads),
-    all (the three). Two more only measure what a guarantee costs and are not candidates: arms (the
-    pending arm alone, no takeovers or due retries) and live (no endpoint liveness check)."""
+    """claim_next_one and complete with `lever` pulled:
+    cap     no settings read per claim: the history cap as a constant;
+    narrow  RETURNING only the columns the caller reads;
+    keyed   the attempt each statement closes found by its primary key (the todo's id as a parameter,
+            or the taken-over todo's), whatever plan PostgreSQL picked for the join with `t`;
+    all     the three together.
+    Measurement only, each dropping a guarantee: arms (the pending arm alone, no takeovers or due
+    retries), live (no endpoint liveness check), policy (no admission-policy guard), ownscope (complete
+    with the endpoint caller's half of `scope` alone: what statements split by caller kind would save),
+    fk (claimed_by_endpoint_id set on team todos only: on an endpoint's own todo every first claim checks
+    that column's foreign key, a share lock on the endpoint's row; the column names the holder of every
+    claimed todo, which the model tests check)."""
+    pulled = set(CANDIDATE_LEVERS) if lever == "all" else set(lever.split("+"))  # "a+b": both at once
     claim, complete = Q.todos.claim_next_one, Q.todos.complete
-    if lever in ("cap", "all"):
+    if "cap" in pulled:
         claim = _sub(claim, _CAP_READ, "SELECT 50 AS n", "cap")
-    if lever in ("prior", "all"):
-        claim = _sub(claim, _PRIOR_START, "       CASE WHEN c.attempts_total = 1 THEN '[]'::jsonb ELSE\n"
-                     + _PRIOR_START.lstrip(), "prior")
-        claim = _sub(claim, _PRIOR_END, "ORDER BY z.seq DESC LIMIT 5) p) END AS prior_attempts", "prior")
-    if lever == "arms":  # measurement only: the pending arm alone (drops the takeover and retry arms)
+    if "keyed" in pulled:
+        claim = _sub(claim, _CLOSED_KEY, "   WHERE a.todo_id = (SELECT id FROM t WHERE prior_state = 'claimed')"
+                     + _CLOSED_KEY.replace("   WHERE", " AND"), "keyed")
+        complete = _sub(complete, _COMPLETE_KEY,
+                        "     WHERE a.todo_id = %(id)s" + _COMPLETE_KEY.replace("     WHERE", " AND"), "keyed")
+    if "arms" in pulled:  # measurement only: the pending arm alone (drops the takeover and retry arms)
         start = claim.index("\nUNION ALL\n")
         end = claim.index(") x\n", start)
         claim = claim[:start] + claim[end:]
-    if lever == "live":  # measurement only: without the per-statement endpoint liveness check
-        claim = claim.replace(" AND switchboard_endpoint_live(%(endpoint_id)s::uuid)", "")
-        complete = complete.replace(" AND switchboard_endpoint_live(%(endpoint_id)s::uuid)", "")
-    if lever in ("narrow", "all"):
+    if "live" in pulled:  # measurement only: without the per-statement endpoint liveness check
+        claim = _sub(claim, " AND switchboard_endpoint_live(%(endpoint_id)s::uuid)", "", "live")
+        complete = _sub(complete, " AND switchboard_endpoint_live(%(endpoint_id)s::uuid)", "", "live")
+    if "policy" in pulled:  # measurement only: without the admission-policy guard
+        claim = _sub(claim, _fragments()["unpoliced"], "true", "policy")
+    if "fk" in pulled:  # measurement only: no holder recorded on an endpoint's own todo
+        claim = _sub(claim, _CLAIMER_SET, "claimed_by_endpoint_id = CASE WHEN x.team_id IS NOT NULL THEN "
+                     "%(claimer_endpoint_id)s::uuid END", "fk")
+    if "ownscope" in pulled:  # measurement only: the human caller's half of `scope` left out
+        scope = splice(_fragments()["scope"], _fragments(), "bench")
+        own = scope[scope.index("THEN ") + 5:scope.index("      ELSE ")].strip()
+        complete = _sub(complete, scope, f"({own} AND switchboard_endpoint_live(%(endpoint_id)s::uuid))", "ownscope")
+    if "narrow" in pulled:
         x_cols = ", ".join(f"x.{c}" for c in TODO_COLUMNS.split(", "))
         c_cols = ", ".join(f"c.{c}" for c in TODO_COLUMNS.split(", "))
         claim = _sub(claim, "RETURNING x.*, t.prior_state", f"RETURNING {x_cols}, t.prior_state", "narrow")
-        claim = _sub(claim, "SELECT c.*,\n", f"SELECT {c_cols},\n", "narrow")
+        claim = _sub(claim, "SELECT c.*, (SELECT seq", f"SELECT {c_cols}, (SELECT seq", "narrow")
         complete = _sub(complete, "RETURNING a.*\n", "RETURNING " + ", ".join(
             f"a.{c}" for c in ["todo_id"] + ATTEMPT_COLUMNS.split(", ")) + "\n", "narrow")
         complete = _sub(complete, "    RETURNING x.*\n)", f"    RETURNING {x_cols}\n)", "narrow")
     return {"claim_next_one": claim, "complete": complete}
 
 
-LEVERS = ("cap", "prior", "narrow", "all", "arms", "live")
+def tree_statements(where: str) -> dict[str, str]:
+    """Every statement of todos.sql as another tree has it, its fragments spliced in (--compare): `where`
+    is a directory (a checkout, or its `src`) or a git revision of this repository."""
+    def read(name: str) -> str:
+        rel = f"switchboard/core/sql/{name}.sql"
+        root = Path(where)
+        if root.is_dir():
+            for candidate in (root / rel, root / "src" / rel):
+                if candidate.is_file():
+                    return candidate.read_text("utf-8")
+            raise SystemExit(f"bench: --compare: no {rel} under {where}")
+        import subprocess
+        got = subprocess.run(["git", "show", f"{where}:src/{rel}"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent)
+        if got.returncode != 0:
+            raise SystemExit(f"bench: --compare {where}: neither a directory nor a revision ({got.stderr.strip()})")
+        return got.stdout
+
+    fragments = parse(read("fragments"), "fragments")
+    return {name: splice(sql, fragments, f"{where}: todos.sql {name}")
+            for name, sql in parse(read("todos"), "todos").items()}
 
 
 def _fragments() -> dict[str, str]:
@@ -551,7 +597,7 @@ class Variant:
 
 
 def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection], batch: int = 0,
-                  levers: bool = False) -> list[Variant]:
+                  levers: tuple[str, ...] = (), compare: list[str] | None = None) -> list[Variant]:
     overlay = _Overlay("todos", no_attempts_statements())
 
     async def gather(workers: list[Awaitable[tuple[int, bool]]]) -> tuple[int, bool]:
@@ -582,15 +628,17 @@ def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection], batc
            Variant("core-sql", core_sql_run), Variant("bare", bare_run)]
     if batch:
         out += [Variant("batch", batch_run), Variant("batch-no-attempts", batch_no_attempts_run)]
-    if levers:
-        for lever in LEVERS:
-            lever_overlay = _Overlay("todos", lever_statements(lever))
+    swapped: list[tuple[str, _Overlay]] = []
+    for where in compare or ():  # the core's Python path with another tree's statements
+        swapped.append((f"compare-{Path(where).name or where}", _Overlay("todos", tree_statements(where))))
+    swapped += [(f"lever-{lever}", _Overlay("todos", lever_statements(lever))) for lever in levers]
+    for name, other in swapped:
 
-            async def lever_run(w: int, deadline: float, lever_overlay=lever_overlay):
-                with statements_swapped(lever_overlay):
-                    return await gather([core_worker(tenant, deadline) for _ in range(w)])
+        async def swapped_run(w: int, deadline: float, other=other):
+            with statements_swapped(other):
+                return await gather([core_worker(tenant, deadline) for _ in range(w)])
 
-            out.append(Variant(f"lever-{lever}", lever_run))
+        out.append(Variant(name, swapped_run))
     return out
 
 
@@ -867,6 +915,29 @@ async def generic_plan(tenant: Tenant, statement: str = "claim_next_one") -> str
 # --------------------------------------------------------------------------------------- report
 
 
+def variant_cpu_report(tput: dict, worker_counts: list[int], compare: list[str] | None) -> str:
+    """One row per variant: cycles/s and its ratio to core, CPU per cycle of this Python process and of
+    PostgreSQL, and PostgreSQL's CPU per cycle over core's and over the bare loop's (issue 17: within
+    1.2x of the bare statements). Ratios are medians of per-round ratios (the variants of one round run
+    back to back, so they share that round's load)."""
+    r, cpu = tput["rounds"], tput["cpu_us"]
+    rows = []
+    for w in worker_counts:
+        for v in r:
+            pg = [x[1] for x in cpu[v][w]]
+            known = None not in pg
+            rows.append([str(w), v, f"{statistics.median(r[v][w]):.0f}", f"{paired_ratio(r[v][w], r['core'][w]):.2f}",
+                         f"{statistics.median(x[0] for x in cpu[v][w]):.0f}",
+                         f"{statistics.median(pg):.0f}" if known else "?",
+                         f"{paired_ratio(pg, [x[1] for x in cpu['core'][w]]):.2f}" if known else "?",
+                         f"{paired_ratio(pg, [x[1] for x in cpu['bare'][w]]):.2f}" if known else "?"])
+    head = ("variants, CPU per cycle in microseconds (medians of the rounds)"
+            + ("; compare-X = the core's Python path with the statements of X" if compare else "")
+            + "; levers: " + " ".join(lever_statements.__doc__.split(":", 1)[1].split()))
+    return head + "\n" + fmt_table(rows, ["workers", "variant", "cycles/s", "/core", "Python", "PostgreSQL",
+                                          "PG /core", "PG /bare"])
+
+
 def fmt_table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
 
@@ -916,7 +987,7 @@ async def main(args: argparse.Namespace) -> int:
             await tp.analyze()
             for _ in range(max(worker_counts)):
                 raw_conns.append(await psycopg.AsyncConnection.connect(tp.uri, autocommit=True))
-            variants = make_variants(tp, raw_conns, args.batch, args.levers)
+            variants = make_variants(tp, raw_conns, args.batch, args.levers, args.compare)
             log(f"throughput: {args.rounds} rounds x {len(worker_counts)} worker counts x {len(variants)} variants"
                 f" x {args.seconds:g} s")
             tput = await throughput(tp, variants, worker_counts=worker_counts, rounds=args.rounds,
@@ -992,20 +1063,8 @@ async def main(args: argparse.Namespace) -> int:
             fmt_table(brows, ["workers", "core (per claim)", "batch", "batch-no-attempts", "batch/core",
                               "batch/no-att"]),
         ]
-    if args.levers:
-        lrows = []
-        for w in worker_counts:
-            lrows.append([str(w), f"{med['core'][w]:.0f}"] + [
-                f"{med[f'lever-{lv}'][w]:.0f} ({paired_ratio(r[f'lever-{lv}'][w], r['core'][w]):.2f})"
-                for lv in LEVERS])
-        batch_lines += [
-            "",
-            "per-claim levers: claim_next + complete cycles/s with one lever pulled (ratio to core, median of"
-            " per-round ratios): cap = no settings read per claim, prior = no prior-attempts read for a first"
-            " attempt, narrow = only the columns the caller reads, all = the three; measurement only: arms ="
-            " the pending arm alone, live = no endpoint liveness check",
-            fmt_table(lrows, ["workers", "core"] + [f"lever-{lv}" for lv in LEVERS]),
-        ]
+    if args.levers or args.compare:
+        batch_lines += ["", variant_cpu_report(tput, worker_counts, args.compare)]
     if lat is None:
         return _report_without_latency(args, tput, tput_table, cpu_table, batch_lines, worker_counts, started,
                                        total_s, info, facts, server_how, load_start, load_end)
@@ -1228,8 +1287,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-latency", action="store_true", help="measure throughput only")
     p.add_argument("--latency-only", action="store_true",
                    help="measure the claim latency by backlog only (no throughput), e.g. with --big 10000000")
-    p.add_argument("--levers", action="store_true",
-                   help="also measure the per-claim levers of issue 17, each as its own variant (see LEVERS)")
+    p.add_argument("--levers", nargs="?", const=",".join(LEVERS), default="",
+                   help="also measure the per-claim levers of issue 17, each as its own variant: all of them, or"
+                        f" a comma-separated list of {', '.join(LEVERS)}, or of combinations such as cap+prior"
+                        " (see lever_statements)")
+    p.add_argument("--compare", metavar="TREE_OR_REV", action="append",
+                   help="also run the core's Python path with another tree's todos.sql and fragments.sql (a"
+                        " directory, e.g. from `git worktree add`, or a git revision), in the same rounds;"
+                        " may be given more than once")
     p.add_argument("--history", type=int, default=20_000,
                    help="done todos with one attempt each, loaded into every database first (default 20,000)")
     p.add_argument("--small", type=int, default=1_000, help="small latency backlog (default 1,000)")
@@ -1254,6 +1319,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.latency_rounds = args.latency_rounds or (2 if quick else 6)
     args.latency_samples = args.latency_samples or (100 if quick else 250)
     args.backlog = args.backlog or (300_000 if args.batch else 30_000)
+    args.levers = tuple(x for x in args.levers.split(",") if x)
+    unknown = {x for lever in args.levers for x in lever.split("+")} - set(LEVERS)
+    if unknown:
+        p.error(f"--levers: unknown {', '.join(sorted(unknown))} (known: {', '.join(LEVERS)})")
     if args.batch and not 1 <= args.batch <= 100:
         p.error("--batch must be from 1 to 100")
     return args
