@@ -846,6 +846,74 @@ async def throughput(tenant: Tenant, variants: list[Variant], *, worker_counts: 
     return {"rounds": results, "cpu_us": cpu, "loadavg_1m": loads}
 
 
+# --------------------------------------------------------------------- PostgreSQL CPU interleaved
+
+
+def _backend_cpu_us(pid: int) -> float:
+    """CPU time of one PostgreSQL backend so far, in microseconds (/proc schedstat: nanoseconds)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e3
+
+
+async def pg_cycles(tenant: Tenant, levers: tuple[str, ...], compare: list[str] | None, rounds: int, per_round: int,
+                    log) -> str:
+    """--pg-cycles: PostgreSQL's CPU per claim_next_one + complete for the core's statements, each
+    --compare tree's, each --levers variant's and the bare loop's, one connection (backend) each, the
+    variants interleaved cycle by cycle (the order reversed every cycle and rotated every round), so
+    that a shared machine's load falls on all of them alike; raw psycopg, no Python path."""
+    caller = tenant.caller
+    variants: dict[str, tuple[str, str] | None] = {"core": (Q.todos.claim_next_one, Q.todos.complete)}
+    for where in compare or ():
+        other = tree_statements(where)
+        variants[f"compare-{Path(where).name or where}"] = (other["claim_next_one"], other["complete"])
+    for lever in levers:
+        got = lever_statements(lever)
+        variants[f"lever-{lever}"] = (got["claim_next_one"], got["complete"])
+    variants["bare"] = None
+    claim_params = {**todos._claim_params(tenant.core, caller, LEASE_TTL, None, None)[0], "queue": QUEUE}
+    scope = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "owner": caller.owner,
+             "token_hash": None, "summary": None, "summary_truncated": False, "artifact": None, "result": None}
+    ep, owner = caller.endpoint_id, caller.owner
+
+    async def cycle(conn: psycopg.AsyncConnection, pair: tuple[str, str] | None) -> None:
+        if pair is None:
+            cur = await conn.execute(BARE_CLAIM, (ep, QUEUE, owner, LEASE_TTL, ep, owner))
+            row = await cur.fetchone()
+            cur = await conn.execute(BARE_COMPLETE, row)
+        else:
+            cur = await conn.execute(pair[0], claim_params)
+            cur = await conn.execute(pair[1], {**scope, "id": (await cur.fetchone())[0]})
+        if await cur.fetchone() is None:
+            raise SystemExit("bench: --pg-cycles: a complete matched nothing")
+
+    names = list(variants)
+    await tenant.load(len(names) * (rounds * per_round + 20) - tenant.pending + 100)
+    conns, pids = {}, {}
+    try:
+        for name in names:
+            conns[name] = await psycopg.AsyncConnection.connect(tenant.uri, autocommit=True)
+            pids[name] = (await (await conns[name].execute("SELECT pg_backend_pid()")).fetchone())[0]
+            for _ in range(20):  # prepared after five, then the plan PostgreSQL keeps
+                await cycle(conns[name], variants[name])
+        us: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            before = {name: _backend_cpu_us(pids[name]) for name in names}
+            for i in range(per_round):
+                for name in order if i % 2 == 0 else order[::-1]:
+                    await cycle(conns[name], variants[name])
+            for name in names:
+                us[name].append((_backend_cpu_us(pids[name]) - before[name]) / per_round)
+            log(f"  pg-cycles round {r + 1}/{rounds}: " + ", ".join(f"{n} {us[n][-1]:.0f}" for n in names))
+    finally:
+        for c in conns.values():
+            await c.close()
+    rows = [[n, f"{statistics.median(us[n]):,.0f}", f"{min(us[n]):,.0f}-{max(us[n]):,.0f}",
+             f"{paired_ratio(us[n], us['core']):.3f}", f"{paired_ratio(us[n], us['bare']):.3f}"] for n in names]
+    return (f"PostgreSQL backend CPU per claim_next_one + complete, µs ({rounds} rounds of {per_round} cycles per"
+            " variant, interleaved cycle by cycle, one connection each; ratios: medians of per-round ratios)\n"
+            + fmt_table(rows, ["variant", "median", "rounds", "/core", "/bare"]))
+
+
 # ------------------------------------------------------------------------------------- latency
 
 
@@ -985,6 +1053,12 @@ async def main(args: argparse.Namespace) -> int:
             await tp.load(args.backlog)
             await tp.load_history(args.history)
             await tp.analyze()
+            if args.pg_cycles:
+                pg_lines = await pg_cycles(tp, args.levers, args.compare, args.rounds, args.pg_cycles, log)
+                print(f"Store benchmark, {started}, --pg-cycles; machine: {info['nproc']} CPUs ({info['cpu']}),"
+                      f" PostgreSQL {facts['server_version']} ({server_how}); load average (1 min) {load_start[0]:.2f}"
+                      f" at start, {loadavg()[0]:.2f} at end\n" + pg_lines)
+                return 0
             for _ in range(max(worker_counts)):
                 raw_conns.append(await psycopg.AsyncConnection.connect(tp.uri, autocommit=True))
             variants = make_variants(tp, raw_conns, args.batch, args.levers, args.compare)
@@ -1309,6 +1383,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--note-bytes", type=int, default=200, help="bytes per note with --notes (default 200)")
     p.add_argument("--takeovers", type=int, default=20_000,
                    help="lapsed todos per queue for the claim variants of --notes (default 20,000)")
+    p.add_argument("--pg-cycles", type=int, default=0, metavar="N",
+                   help="only PostgreSQL's CPU per claim + complete of the core's, --compare trees', --levers and"
+                        " the bare statements, N cycles per variant and round, interleaved cycle by cycle")
     p.add_argument("--json", help="also write the results to this JSON file")
     p.add_argument("--silent", action="store_true", help="no progress lines on stderr")
     args = p.parse_args(argv)
