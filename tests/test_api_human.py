@@ -36,7 +36,8 @@ GOOD_BODIES = {"todo_push": {"title": "t", "queue": "build"}, "todo_input": {"pa
                "settings_set": {"value": 40}, "team_create": {"slug": "crew"}, "team_member_add": {"human": "bob"},
                "team_member_role": {"role": "member"}, "team_grant": {"queue": "build", "endpoint": "nosuchslug00"},
                "team_ungrant": {"queue": "build", "endpoint": "nosuchslug00"},
-               "team_todo_push": {"title": "t", "queue": "build"}}
+               "team_todo_push": {"title": "t", "queue": "build"},
+               "team_todo_push_batch": {"todos": [{"title": "t", "queue": "build"}]}}
 
 
 @pytest.fixture(scope="module")

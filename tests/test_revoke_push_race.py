@@ -83,7 +83,7 @@ async def test_bulk_push_on_a_revoked_endpoint_is_refused(rcore):
     # The surface's check passed before the revocation landed: the statement itself must refuse.
     await sql(core, "UPDATE endpoints SET state = 'revoked', revoked_at = now() WHERE id = %s",
               (ep["endpoint_id"],))
-    made = await producer._create_batch(core, uuid.UUID(ep["endpoint_id"]), "operator", [
+    made = await producer._create_batch(core, producer._Owner(endpoint_id=uuid.UUID(ep["endpoint_id"])), "operator", [
         (0, {"queue": "inbox", "kind": None, "title": "late", "payload": None, "key": None,
              "assignee": None, "max_attempts": 5, "payload_size": 0})])
     assert made == []
