@@ -65,8 +65,11 @@ run: $(RUN_STAMP)
 
 # Tests write their screenshots under build/screens (ignored); `make screenshots` refreshes the
 # committed ones in docs/screens.
+# The suite runs on TEST_WORKERS processes (pytest-xdist), each with its own embedded PostgreSQL; a
+# test file stays on one worker, so its module fixtures (servers, databases) start once.
+TEST_WORKERS ?= 2
 test: $(STAMP) lint browser nginx interop
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # ruff and mypy, configured in pyproject.toml; `make test` runs this first.
 lint: $(STAMP)
