@@ -12,18 +12,22 @@ hits all of them alike:
                drains the queue whatever the worker count
   team-policy  the same on `team:bench/policed` (20 other endpoints) under an admission policy that
                never refuses (max_in_flight 1,000, 1,000,000 claims a day): every claim takes the
-               policed path (a shard of the policy locked, judged, charged, in one transaction)
+               policed path (a shard of the policy locked, judged, the todo claimed and charged, in
+               one autocommit statement: migration 0022)
 
 Each database first gets 20,000 done todos with one completed attempt each (as the store benchmark
 does), and every queue a backlog of pending todos topped up before each measurement. CPU per cycle
 of this process and of the embedded PostgreSQL is reported next to the rates.
 
-With --levers four measurement-only variants join the rotation, each on its own policed queue and
+With --levers five measurement-only variants join the rotation, each on its own policed queue and
 endpoints, each turning back one step of the policed path (docs/decisions.md D38, D40):
 
-  team-policy-unstriped  `team-policy` with the fast path on one shard (a copy of migration 0021's
-                       `admit` whose policies have one stripe): its claimers take turns on that row,
+  team-policy-unstriped  `team-policy` with the fast path on one shard (copies of migration 0021's
+                       `admit` and 0022's `hold` whose policies have one stripe): its claimers take turns on that row,
                        as they did on the policy row before migration 0021
+  team-policy-pipelined  `team-policy` with the fast path of migration 0021: BEGIN, `admit` (charging)
+                       and the claim pipelined in one round trip, then COMMIT (two round trips, four
+                       statements) instead of the one statement of migration 0022
   team-policy-locked   `team-policy` always on the locked path (verdicts, claim, charge; pipelined in
                        three round trips) instead of the fast path (`admit` charging in the statement
                        that judges, sent with BEGIN and the claim; two round trips)
@@ -103,7 +107,8 @@ NOLOCK_QUEUE = f"team:{TEAM}/nolock"
 GENERIC_QUEUE = f"team:{TEAM}/generic"
 PARSE_QUEUE = f"team:{TEAM}/parse"
 FORCED_QUEUE = f"team:{TEAM}/forced"
-ADMISSION_LEVERS = {"team-policy-unstriped": f"team:{TEAM}/unstriped", "team-policy-locked": f"team:{TEAM}/locked",
+ADMISSION_LEVERS = {"team-policy-unstriped": f"team:{TEAM}/unstriped", "team-policy-pipelined": f"team:{TEAM}/piped",
+                    "team-policy-locked": f"team:{TEAM}/locked",
                     "team-policy-nopipe": f"team:{TEAM}/nopipe", "team-policy-0017": f"team:{TEAM}/old"}
 LOCKED_LEVERS = ("team-policy-locked", "team-policy-nopipe", "team-policy-0017")
 TEAM_LEVERS = {"team-nolock": NOLOCK_QUEUE, "team-policy-generic": GENERIC_QUEUE, "team-parsecache": PARSE_QUEUE,
@@ -181,28 +186,52 @@ def old_verdicts_sql() -> str:
 
 
 def unstriped_admit_sql() -> str:
-    """Migration 0021's `admit` under the name bench_admit_unstriped, with one stripe per policy: its
-    fast path locks shard 0 (or waits for it), so the claimers of one queue take turns on one row."""
-    text = (MIGRATIONS / "0021_admission_shards.sql").read_text("utf-8")
-    body = text[text.index("CREATE FUNCTION switchboard_admission_admit"):]
-    if "switchboard_admission_stripes(" not in body:
-        raise SystemExit("bench: migration 0021's admit no longer reads its stripes as expected; update it")
-    body = body.replace("switchboard_admission_stripes(", "bench_one_stripe(")
-    return ("CREATE OR REPLACE FUNCTION bench_one_stripe(m int, w int) RETURNS int LANGUAGE sql IMMUTABLE"
-            " AS 'SELECT 1';\n"
-            + body.replace("FUNCTION switchboard_admission_admit", "OR REPLACE FUNCTION bench_admit_unstriped", 1))
+    """Migration 0021's `admit` and 0022's `hold` under the names bench_admit_unstriped and
+    bench_hold_unstriped, with one stripe per policy: their fast path locks shard 0 (or waits for it),
+    so the claimers of one queue take turns on one row."""
+    out = ["CREATE OR REPLACE FUNCTION bench_one_stripe(m int, w int) RETURNS int LANGUAGE sql IMMUTABLE"
+           " AS 'SELECT 1';"]
+    for file, name, copy in (("0021_admission_shards.sql", "switchboard_admission_admit", "bench_admit_unstriped"),
+                             ("0022_admission_hold.sql", "switchboard_admission_hold", "bench_hold_unstriped")):
+        text = (MIGRATIONS / file).read_text("utf-8")
+        body = text[text.index(f"CREATE FUNCTION {name}"):]
+        if "switchboard_admission_stripes(" not in body:
+            raise SystemExit(f"bench: {name} no longer reads its stripes as expected; update it")
+        body = body.replace("switchboard_admission_stripes(", "bench_one_stripe(")
+        out.append(body.replace(f"FUNCTION {name}", f"OR REPLACE FUNCTION {copy}", 1))
+    return "\n".join(out)
 
 
 @contextlib.contextmanager
 def admit_unstriped():
-    """The fast path's `admit` calling bench_admit_unstriped."""
-    overlay = _Overlay("admission", {"admit": Q.admission.admit.replace(
-        "switchboard_admission_admit(", "bench_admit_unstriped(")})
+    """The fast path's `admit` and `hold` calling their one-stripe copies."""
+    overlay = _Overlay("admission", {
+        "admit": Q.admission.admit.replace("switchboard_admission_admit(", "bench_admit_unstriped("),
+        **{name: getattr(Q.admission, name).replace("switchboard_admission_hold(", "bench_hold_unstriped(")
+           for name in ("claim_next_team_admitted", "claim_next_own_admitted")}})
     admission.Q = overlay
     try:
         yield
     finally:
         admission.Q = Q
+
+
+@contextlib.contextmanager
+def admit_pipelined():
+    """claim_next's fast path as migration 0021 ran it: BEGIN, `admit` (charging) and the claim in one
+    pipeline, then COMMIT (todos._admit_and_claim), in place of the one statement of migration 0022."""
+
+    async def pipelined(conn, queue: str, params: dict):
+        sql, p, _ = todos._claim_statement([queue], params, None, False)
+        return await todos._admit_and_claim(conn, queue, 1, params["endpoint_id"], params["endpoint_id"], sql, p,
+                                            "claim_next")
+
+    one = admission.claim_admitted
+    admission.claim_admitted = pipelined
+    try:
+        yield
+    finally:
+        admission.claim_admitted = one
 
 
 @dataclass
@@ -356,6 +385,7 @@ def variants(bench: Bench) -> list[Variant]:
            Variant("team-policy", run_team("team-policy"))]
     if "team-policy-locked" in bench.queues:
         out += [Variant("team-policy-unstriped", run_swapped("team-policy-unstriped", admit_unstriped)),
+                Variant("team-policy-pipelined", run_swapped("team-policy-pipelined", admit_pipelined)),
                 Variant("team-policy-locked", run_team("team-policy-locked")),
                 Variant("team-policy-nopipe", run_swapped("team-policy-nopipe", pipeline_off)),
                 Variant("team-policy-0017", run_swapped("team-policy-0017", pipeline_off, verdicts_0017))]
@@ -393,8 +423,10 @@ async def explain(bench: Bench) -> str:
                                                          "queues": [POLICED_QUEUE]}),
         ("team-policy: claim_next_team_one (admitted)", Q.todos.claim_next_team_one,
          claim_params(policed, queues=[], queue=POLICED_QUEUE, admitted=True)),
-        ("team-policy: admit (the fast path, one claim)", Q.admission.admit,
+        ("team-policy: admit (the pipelined fast path, one claim)", Q.admission.admit,
          {"endpoint_id": policed.endpoint_id, "claimer_id": policed.endpoint_id, "queue": POLICED_QUEUE, "want": 1}),
+        ("team-policy: claim_next_team_admitted (the fast path, one statement)", Q.admission.claim_next_team_admitted,
+         claim_params(policed, queues=[], queue=POLICED_QUEUE, admitted=True)),
     ]
     out = []
     async with await psycopg.AsyncConnection.connect(bench.uri) as conn:
@@ -430,7 +462,8 @@ async def explain(bench: Bench) -> str:
             await conn.rollback()
             out.append(f"--- {title}, inner statements (auto_explain)\n" + "\n\n".join(msgs))
     for title, name in (("team: claim_next_team_one", "claim_next_team_one"),
-                        ("single: claim_next_one", "claim_next_one")):
+                        ("single: claim_next_one", "claim_next_one"),
+                        ("team-policy: claim_next_team_admitted", "admission.claim_next_team_admitted")):
         out.append(f"--- {title}, generic plan\n" + await generic_plan(bench, name))
     return "\n\n".join(out)
 
@@ -443,7 +476,8 @@ async def generic_plan(bench: Bench, statement: str) -> str:
             names.append(m.group(1))
         return f"${names.index(m.group(1)) + 1}"
 
-    text = re.sub(r"%\((\w+)\)s", placeholder, getattr(Q.todos, statement))
+    file, _, name = statement.rpartition(".")
+    text = re.sub(r"%\((\w+)\)s", placeholder, getattr(getattr(Q, file or "todos"), name))
     async with await psycopg.AsyncConnection.connect(bench.uri, autocommit=True) as conn:
         cur = await conn.execute("EXPLAIN (GENERIC_PLAN, COSTS OFF) " + text, prepare=False)
         return "\n".join(r[0] for r in await cur.fetchall())
@@ -523,7 +557,8 @@ async def main(args: argparse.Namespace) -> int:
     names = [v.name for v in vs]
     ratios = [("team", "single"), ("team-policy", "single"), ("team-policy", "team")]
     if args.levers:
-        ratios += [("team-policy", "team-policy-unstriped"), ("team-policy-unstriped", "team-policy-locked"),
+        ratios += [("team-policy", "team-policy-pipelined"), ("team-policy-pipelined", "single"),
+                   ("team-policy", "team-policy-unstriped"), ("team-policy-unstriped", "team-policy-locked"),
                    ("team-policy", "team-policy-locked"), ("team-policy-locked", "team-policy-nopipe"),
                    ("team-policy-nopipe", "team-policy-0017"), ("team-policy-0017", "single")]
     if args.team_levers:

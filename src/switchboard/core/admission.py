@@ -3,7 +3,7 @@ budgets of claims per window, with a pause switch.
 
 A policy belongs to one queue identity: `(endpoint, queue)` or `(team, queue)`. Every committed claim
 on a policed queue is charged one unit (takeovers and claims after a retry included); nothing
-refunds. A claim on a policed queue runs as one transaction, in pipeline mode (core/todos.py):
+refunds. A claim on a policed queue runs as one transaction (core/todos.py):
 
 - fast path, a claim on one policed queue: `admit` judges the policy with a snapshot taken after its
   lock (a VOLATILE function, migrations 0017, 0020 and 0021; always before any todo: one lock order
@@ -11,9 +11,13 @@ refunds. A claim on a policed queue runs as one transaction, in pipeline mode (c
   error (SQLSTATE SBA01) that skips the claim statement sent behind it. The lock is one of the
   policy's shard rows while the committed usage leaves room for every shard holder (claimers of one
   queue hold their shards at once), else the policy row and all its shards (exact, one at a time);
-  the charge goes to the shard held. BEGIN, `admit` and the claim travel in one round trip; the
-  transaction then commits when the claim took what was charged, charges back the difference on the
-  same shard when it took fewer, and rolls back when it took nothing;
+  the charge goes to the shard held. claim_next of one todo is ONE autocommit statement
+  (`claim_admitted`, migration 0022): `switchboard_admission_hold` (the same locks and verdict, no
+  charge) runs before any todo is read, the claim takes at most one todo, and the statement's last
+  step charges the held shard with what it took. A batch or a claim by id sends BEGIN, `admit` (which
+  charges) and the claim in one round trip (pipeline mode); the transaction then commits when the
+  claim took what was charged, charges back the difference on the same shard when it took fewer, and
+  rolls back when it took nothing;
 - locked path, a refused queue, several queues or a batch beyond a policy's room: `verdicts` locks
   the policies and their shards and judges exactly, the claim runs on the admitted queues only (at
   most `cap` todos per queue), `charge` adds the claims to shard 0; three round trips (BEGIN with the
@@ -165,6 +169,38 @@ async def admitted(cur: psycopg.AsyncCursor[DictRow], queue: str) -> Verdicts:
     except psycopg.DatabaseError as exc:
         raise verdict_error(exc, [queue]) from None
     return Verdicts({r["queue"]: dict(r) for r in rows})
+
+
+async def claim_admitted(conn: AsyncConnection[DictRow], queue: str,
+                         params: dict[str, Any]) -> tuple[Verdicts, list[dict[str, Any]]]:
+    """The fast path of claim_next for one todo on ONE policed queue, as one autocommit statement
+    (`claim_next_team_admitted` / `claim_next_own_admitted`, migration 0022): lock a shard and judge,
+    claim at most one todo, charge exactly what was claimed to that shard. `params` are the claim's
+    (the calling endpoint's). Returns the verdict (none: `queue` has no policy) and the claimed rows.
+    Raises Refused, with nothing changed, when the policy does not admit the claim now; a racing
+    transition's exclusion violation stays what it is; another failure is what `verdict_error` makes
+    of it."""
+    sql = Q.admission.claim_next_team_admitted if inputs.is_team_label(queue) else Q.admission.claim_next_own_admitted
+    try:
+        cur = await conn.execute(sql, {**params, "queue": queue})
+        got = await cur.fetchall()
+    except psycopg.errors.ExclusionViolation:
+        raise
+    except psycopg.DatabaseError as exc:
+        raise verdict_error(exc, [queue]) from None
+    rows, verdicts = [], {}
+    for r in got:
+        if r["id"] is not None:
+            rows.append(r)
+        else:  # the verdict row: `adm` as JSON in closed_attempt
+            v = dict(r["closed_attempt"])
+            for key in ("window_starts", "window_resets", "next_eligible_at"):
+                if v.get(key) is not None:
+                    v[key] = datetime.fromisoformat(v[key])
+            v["policy_id"] = UUID(v["policy_id"])
+            v["reached"] = True
+            verdicts[v["queue"]] = v
+    return Verdicts(verdicts), rows
 
 
 async def charge(conn: AsyncConnection[DictRow], verdicts: Verdicts, claimed_per_queue: dict[str, int]) -> None:

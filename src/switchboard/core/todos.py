@@ -417,8 +417,9 @@ async def _take_policed(core: Core, caller: EndpointCaller, queues: list[str], p
                         n: int | None, fenced: bool,
                         token: str | None) -> tuple[list[ClaimResult], list[dict[str, Any]]]:
     """claim_next on queues some of which are policed: judge, claim within each cap, charge; one
-    transaction (core/admission.py). One queue: the fast path (_admit_and_claim) first, unless its
-    policy refused this endpoint lately; several queues, or a refusal: the locked path."""
+    transaction (core/admission.py). One queue: the fast path first, unless its policy refused this
+    endpoint lately (one todo: one autocommit statement, admission.claim_admitted; a batch:
+    _admit_and_claim); several queues, or a refusal: the locked path."""
     admitted_params = {**params, "admitted": True}
     want = n or 1
     pairs: Claimed = []
@@ -426,13 +427,20 @@ async def _take_policed(core: Core, caller: EndpointCaller, queues: list[str], p
     conn = await core.pool.getconn()
     try:
         if len(queues) == 1 and not core.policed.refused(caller.endpoint_id, queues[0]):
-            sql, p, tokens = _claim_statement(queues, admitted_params, n, fenced)
             try:
-                verdicts, rows = await _admit_and_claim(conn, queues[0], want, caller.endpoint_id,
-                                                        caller.endpoint_id, sql, p, "claim_next")
-                pairs = _paired(rows, tokens, token)
+                if n is None:  # one todo: one autocommit statement (admit, claim, charge)
+                    verdicts, rows = await admission.claim_admitted(conn, queues[0], admitted_params)
+                    pairs = _paired(rows, None, token)
+                else:
+                    sql, p, tokens = _claim_statement(queues, admitted_params, n, fenced)
+                    verdicts, rows = await _admit_and_claim(conn, queues[0], want, caller.endpoint_id,
+                                                            caller.endpoint_id, sql, p, "claim_next")
+                    pairs = _paired(rows, tokens, token)
             except admission.Refused:
                 core.policed.note(caller.endpoint_id, queues[0], True)
+            except psycopg.errors.ExclusionViolation:
+                # Refused at COMMIT (REQ-2): a racing transition opened an attempt first; nothing committed.
+                raise Conflict(op="claim_next") from None
         if verdicts is None:
             verdicts, pairs = await _take_locked(core, conn, caller, queues, admitted_params, n, fenced, token)
     finally:

@@ -31,6 +31,67 @@ SELECT v.*, true AS reached
   FROM switchboard_admission_admit(%(endpoint_id)s::uuid, %(queue)s::text, %(want)s::int) v
  WHERE switchboard_endpoint_live(%(claimer_id)s::uuid)
 
+-- name: claim_next_team_admitted
+-- The fast path of claim_next on ONE policed team queue %(queue)s as ONE autocommit statement (no
+-- BEGIN, no pipeline; docs/decisions.md D40, migration 0022):
+--   1. `adm` calls `switchboard_admission_hold` (after `endpoint_live`, a One-Time Filter above it):
+--      it locks a free shard of the policy (or the policy and its shards near a cap), judges with a
+--      snapshot of its own taken after that lock, refuses with SQLSTATE SBA01 (the statement fails,
+--      nothing changes; the caller judges again on the locked path, which reports why) and charges
+--      nothing. No row: the queue has no policy, nothing to charge.
+--   2. `t` claims at most the one todo admitted (`LIMIT 1`); its scan sits below a One-Time
+--      Filter on `adm` (an InitPlan), so the admission runs before any todo or grant is read
+--      (EXPLAIN: tests/test_admission_onestatement.py). The team reach is checked as in todos.sql
+--      (`claim_next_team_one`): the grant and the endpoint share-locked, the endpoint live.
+--   3. `charge` adds to the shard `adm` holds exactly the todos `t` took (0 or 1), in the policy's
+--      window; the claim tail updates every row of `t` (each locked by `t`), so this is the claim.
+--   `adm` is read three times and calls a VOLATILE function: PostgreSQL runs it once. The last row
+--   (id null) is the verdict, in `closed_attempt`, for the claim's `admission` object. Kept under the
+--   4,096 characters up to which psycopg caches a statement's parsing.
+-- Snapshots: the statement's snapshot is taken before the shard lock. The claim is safe under READ
+-- COMMITTED: FOR UPDATE SKIP LOCKED locks the latest version of a todo and rechecks it (a todo another
+-- claimer took meanwhile is skipped); the verdict's counts come from the VOLATILE function's own later
+-- snapshot; and `charge` updates a shard row this statement already locked: if another claim changed
+-- it between our snapshot and our lock, the UPDATE follows its latest version (which our lock now
+-- keeps) and adds to the latest count. Every committed claim is charged exactly once, in the
+-- statement (and transaction) that claims it; the locks are held until it commits (migration 0021's
+-- proof holds unchanged).
+WITH adm AS (
+SELECT v.* FROM switchboard_admission_hold(%(endpoint_id)s::uuid, %(queue)s::text, 1) v WHERE {{endpoint_live}}
+), t AS (
+SELECT x.id, x.state AS prior_state, x.attempts_total AS prior_total FROM (
+SELECT g.team_id, g.queue AS name FROM team_grants g JOIN team_members m USING (team_id, human_id)
+JOIN endpoints e ON e.id = g.endpoint_id AND e.state = 'active'
+WHERE g.endpoint_id = %(endpoint_id)s::uuid AND g.queue = %(queue)s FOR SHARE OF g, e
+) q, LATERAL ({{claim_team_arms}}) x
+WHERE (SELECT count(*) FROM adm) < 2
+ORDER BY x.created_at LIMIT 1
+), charge AS (
+UPDATE admission_shards s SET charged = CASE WHEN charged_window = window_starts THEN charged + 1
+WHEN charged_window > window_starts THEN charged ELSE 1 END, charged_window = greatest(charged_window, window_starts)
+FROM adm a WHERE s.policy_id = a.policy_id AND s.shard = a.shard AND EXISTS (SELECT FROM t)
+)
+{{claim_tail}}
+UNION ALL SELECT (NULL::todos).*, NULL, NULL, to_jsonb(a), NULL FROM adm a
+
+-- name: claim_next_own_admitted
+-- claim_next_team_admitted on ONE policed queue %(queue)s of the calling endpoint (todos.sql
+-- `claim_next_one`'s claim).
+WITH adm AS (
+SELECT v.* FROM switchboard_admission_hold(%(endpoint_id)s::uuid, %(queue)s::text, 1) v WHERE {{endpoint_live}}
+), t AS (
+SELECT x.id, x.state AS prior_state, x.attempts_total AS prior_total
+FROM (VALUES (%(queue)s::text)) AS q(name), LATERAL ({{claim_next_arms}}) x
+WHERE (SELECT count(*) FROM adm) < 2
+ORDER BY x.created_at LIMIT 1
+), charge AS (
+UPDATE admission_shards s SET charged = CASE WHEN charged_window = window_starts THEN charged + 1
+WHEN charged_window > window_starts THEN charged ELSE 1 END, charged_window = greatest(charged_window, window_starts)
+FROM adm a WHERE s.policy_id = a.policy_id AND s.shard = a.shard AND EXISTS (SELECT FROM t)
+)
+{{claim_tail}}
+UNION ALL SELECT (NULL::todos).*, NULL, NULL, to_jsonb(a), NULL FROM adm a
+
 -- name: any_policy
 -- Whether any of %(queues)s of the endpoint has a policy (after an unpoliced claim found nothing).
 SELECT EXISTS (SELECT 1 FROM admission_policies p
