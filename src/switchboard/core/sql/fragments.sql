@@ -67,7 +67,8 @@ SELECT g.team_id, g.queue AS name FROM team_grants g
 
 -- name: unpoliced
 -- A claim target `q.name` of the calling endpoint without an admission policy, or any target when
--- %(admitted)s (the caller locked the policies and judged them first: core/admission.py). A policed
+-- %(admitted)s (the caller holds the policy's lock, a shard of it or the policy and all its shards,
+-- and judged it first: core/admission.py, migrations 0021 and 0022). A policed
 -- queue is never claimed by the statements that skip the policy lock. The flag sits inside the
 -- subquery, not in an OR around it: `true OR ...` folds away when a plan is made for the values, so
 -- PostgreSQL priced every such plan below the generic one and planned the admitted claim afresh on
