@@ -84,8 +84,8 @@ def _item(raw: object, queues: list[str], default_max_attempts: int, team: bool 
     queue = _endpoint_queue(raw.get("queue"), queues)
     if inputs.is_team_label(queue) and not team:
         raise Invalid("a bulk push to an endpoint goes to its own queues; push to a team queue through the team "
-                      "(POST /api/v1/teams/{team}/todos:batch, or `todo push --queue team:<slug>/<queue> "
-                      "--from-file`)", argument="queue")
+                      "(POST /api/v1/teams/{team}/todos:batch, or `todo push --team <slug> --from-file`)",
+                      argument="queue")
     return {
         "queue": queue,
         "title": inputs.text(raw.get("title"), "title", max_chars=inputs.TITLE_MAX_CHARS, required=True),
