@@ -390,3 +390,22 @@ def test_cli_hook_add_list_remove(pg_uri):
     assert r.exit_code == 0 and json.loads(r.stdout) == {"deliveries": []}
     r = cli("hook", "list", slug, "--user", owner)
     assert r.exit_code == 0 and "no notify hooks" in r.stdout
+
+
+async def test_stop_ends_the_hook_sender_even_when_a_wake_up_meets_the_cancellation(core):
+    """Python 3.11's asyncio.wait_for loses a cancellation that arrives as the event it waits on is set:
+    a sender stopped right after a wake-up used to keep looping, and stop() never returned."""
+    from switchboard.runtime import Runtime
+    from switchboard.web.hooks import HookSender
+
+    s = HookSender(Runtime(core.settings, core=core))
+    await s.start()
+    await asyncio.sleep(0.5)  # the loop is idle, waiting for a wake-up
+    s._wake.set()
+    stopping = asyncio.create_task(s.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=3)  # asyncio.wait cancels nothing itself
+    if not done:  # the old loop: cancel it once more so the test ends
+        assert s._task is not None
+        s._task.cancel()
+        await stopping
+    assert done, "stop() did not end the sender"

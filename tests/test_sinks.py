@@ -571,3 +571,20 @@ async def test_two_senders_on_one_outbox_send_each_message_once(core, receiver):
     assert len(receiver.got) == 12 and {r["state"] for r in rows} == {"delivered"}
     sent = sorted((path, json.loads(body)["data"]["title"]) for path, _, body in receiver.got)
     assert sent == sorted((f"/s{n}", f"dead {m}") for n in range(3) for m in range(4))
+
+
+async def test_stop_ends_the_sender_even_when_a_wake_up_meets_the_cancellation(core):
+    """Python 3.11's asyncio.wait_for loses a cancellation that arrives as the event it waits on is set:
+    a sender stopped right after a wake-up used to keep looping, and stop() never returned."""
+    core.settings = make_settings(core.settings.database_url, base_url=BASE)
+    s = SinkSender(Runtime(core.settings, core=core))
+    await s.start()
+    await asyncio.sleep(0.5)  # the loop is idle, waiting for a wake-up
+    s._wake.set()
+    stopping = asyncio.create_task(s.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=3)  # asyncio.wait cancels nothing itself
+    if not done:  # the old loop: cancel it once more so the test ends
+        assert s._task is not None
+        s._task.cancel()
+        await stopping
+    assert done, "stop() did not end the sender"

@@ -101,6 +101,9 @@ class HookSender:
         self.allow_private = runtime.settings.hooks_allow_private
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        # Set by stop(): the loop also ends on it, since Python 3.11's asyncio.wait_for loses a
+        # cancellation that arrives as the event it waits on is set.
+        self._stopping = False
         self._jobs: set[asyncio.Task] = set()
         self._busy: dict[Any, int] = {}
         self._global = asyncio.Semaphore(GLOBAL)
@@ -127,6 +130,8 @@ class HookSender:
             self._unsubscribe()
         if self._unlisten:
             self._unlisten()
+        self._stopping = True
+        self._wake.set()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -152,7 +157,7 @@ class HookSender:
 
     async def _run(self) -> None:
         last_pump = 0.0
-        while True:
+        while not self._stopping:
             # Wake-ups come with every transition; coalesce them so a busy queue costs the outbox
             # at most a few queries per second, not two per transition.
             pause = last_pump + MIN_PUMP_INTERVAL - time.monotonic()

@@ -79,6 +79,9 @@ class SinkSender:
         self.allow_private = runtime.settings.hooks_allow_private
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        # Set by stop(): the loop also ends on it, since Python 3.11's asyncio.wait_for loses a
+        # cancellation that arrives as the event it waits on is set.
+        self._stopping = False
         self._jobs: set[asyncio.Task] = set()
         self._busy: set[Any] = set()
         self._client: httpx.AsyncClient | None = None
@@ -98,6 +101,8 @@ class SinkSender:
     async def stop(self) -> None:
         if self._unsubscribe:
             self._unsubscribe()
+        self._stopping = True
+        self._wake.set()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -129,7 +134,7 @@ class SinkSender:
 
     async def _run(self) -> None:
         last = 0.0
-        while True:
+        while not self._stopping:
             pause = last + MIN_PUMP_INTERVAL - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)
