@@ -119,6 +119,7 @@ class HookSender:
     # ------------------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
+        self._stopping = False
         self._client = outbound.new_client(GLOBAL)
         self._unsubscribe = self.runtime.core.bus.subscribe(self.on_event)
         if self.listener is not None:

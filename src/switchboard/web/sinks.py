@@ -94,6 +94,7 @@ class SinkSender:
         return len(self.retry_delays) + 1
 
     async def start(self) -> None:
+        self._stopping = False
         self._client = outbound.new_client(GLOBAL)
         self._unsubscribe = self.runtime.core.bus.subscribe(self.on_event)
         self._task = asyncio.create_task(self._run(), name="sink-sender")
