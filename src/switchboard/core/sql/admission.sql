@@ -56,9 +56,7 @@ SELECT v.*, true AS reached
 -- keeps) and adds to the latest count. Every committed claim is charged exactly once, in the
 -- statement (and transaction) that claims it; the locks are held until it commits (migration 0021's
 -- proof holds unchanged).
-WITH adm AS (
-SELECT v.* FROM switchboard_admission_hold(%(endpoint_id)s::uuid, %(queue)s::text, 1) v WHERE {{endpoint_live}}
-), t AS (
+WITH adm AS ({{admitted_hold}}), t AS (
 SELECT x.id, x.state AS prior_state, x.attempts_total AS prior_total FROM (
 SELECT g.team_id, g.queue AS name FROM team_grants g JOIN team_members m USING (team_id, human_id)
 JOIN endpoints e ON e.id = g.endpoint_id AND e.state = 'active'
@@ -66,31 +64,17 @@ WHERE g.endpoint_id = %(endpoint_id)s::uuid AND g.queue = %(queue)s FOR SHARE OF
 ) q, LATERAL ({{claim_team_arms}}) x
 WHERE (SELECT count(*) FROM adm) < 2
 ORDER BY x.created_at LIMIT 1
-), charge AS (
-UPDATE admission_shards s SET charged = CASE WHEN charged_window = window_starts THEN charged + 1
-WHEN charged_window > window_starts THEN charged ELSE 1 END, charged_window = greatest(charged_window, window_starts)
-FROM adm a WHERE s.policy_id = a.policy_id AND s.shard = a.shard AND EXISTS (SELECT FROM t)
-)
-{{claim_tail}}
-UNION ALL SELECT (NULL::todos).*, NULL, NULL, to_jsonb(a), NULL FROM adm a
+){{admitted_charge}}
 
 -- name: claim_next_own_admitted
 -- claim_next_team_admitted on ONE policed queue %(queue)s of the calling endpoint (todos.sql
 -- `claim_next_one`'s claim).
-WITH adm AS (
-SELECT v.* FROM switchboard_admission_hold(%(endpoint_id)s::uuid, %(queue)s::text, 1) v WHERE {{endpoint_live}}
-), t AS (
+WITH adm AS ({{admitted_hold}}), t AS (
 SELECT x.id, x.state AS prior_state, x.attempts_total AS prior_total
 FROM (VALUES (%(queue)s::text)) AS q(name), LATERAL ({{claim_next_arms}}) x
 WHERE (SELECT count(*) FROM adm) < 2
 ORDER BY x.created_at LIMIT 1
-), charge AS (
-UPDATE admission_shards s SET charged = CASE WHEN charged_window = window_starts THEN charged + 1
-WHEN charged_window > window_starts THEN charged ELSE 1 END, charged_window = greatest(charged_window, window_starts)
-FROM adm a WHERE s.policy_id = a.policy_id AND s.shard = a.shard AND EXISTS (SELECT FROM t)
-)
-{{claim_tail}}
-UNION ALL SELECT (NULL::todos).*, NULL, NULL, to_jsonb(a), NULL FROM adm a
+){{admitted_charge}}
 
 -- name: any_policy
 -- Whether any of %(queues)s of the endpoint has a policy (after an unpoliced claim found nothing).

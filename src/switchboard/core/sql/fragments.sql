@@ -331,3 +331,44 @@ WITH i AS (
 -- A prior attempt `p` as a claim returns it: its notes cut to the newest one (shapes.attempt reads it
 -- as last_note), so a claim does not carry up to 20 notes per prior attempt (issue 16).
 jsonb_build_object('notes', jsonb_path_query_array(p.notes, '$[last]'))
+
+-- name: admitted_hold
+-- The first CTE of a one-statement policed claim (admission.sql `claim_next_*_admitted`): the shard
+-- held and the verdict, as an InitPlan above every todo scan (migration 0022).
+SELECT v.* FROM switchboard_admission_hold(%(endpoint_id)s::uuid, %(queue)s::text, 1) v WHERE {{endpoint_live}}
+
+-- name: admitted_charge
+-- The end of a one-statement policed claim: charge the held shard with what the claim `t` took, then
+-- the claim's rows and, last, the verdict row `adm` (id null, the verdict in `closed_attempt`).
+, charge AS (
+UPDATE admission_shards s SET charged = CASE WHEN charged_window = window_starts THEN charged + 1
+WHEN charged_window > window_starts THEN charged ELSE 1 END, charged_window = greatest(charged_window, window_starts)
+FROM adm a WHERE s.policy_id = a.policy_id AND s.shard = a.shard AND EXISTS (SELECT FROM t)
+)
+{{claim_tail}}
+UNION ALL SELECT (NULL::todos).*, NULL, NULL, to_jsonb(a), NULL FROM adm a
+
+-- name: batch_items
+-- The items of a bulk push (producer.sql), one JSON array per column zipped by position, in input order.
+ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(queues)s::jsonb),
+           jsonb_array_elements_text(%(kinds)s::jsonb), jsonb_array_elements_text(%(titles)s::jsonb),
+           jsonb_array_elements(%(payloads)s::jsonb), jsonb_array_elements_text(%(assignees)s::jsonb),
+           jsonb_array_elements_text(%(max_attempts)s::jsonb))
+     WITH ORDINALITY AS i(id, queue, kind, title, payload, assignee, max_attempts, ord)
+
+-- name: batch_items_keyed
+-- batch_items with each item's idempotency key.
+ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(queues)s::jsonb),
+           jsonb_array_elements_text(%(kinds)s::jsonb), jsonb_array_elements_text(%(titles)s::jsonb),
+           jsonb_array_elements(%(payloads)s::jsonb), jsonb_array_elements_text(%(keys)s::jsonb),
+           jsonb_array_elements_text(%(assignees)s::jsonb), jsonb_array_elements_text(%(max_attempts)s::jsonb))
+     WITH ORDINALITY AS i(id, queue, kind, title, payload, key, assignee, max_attempts, ord)
+
+-- name: batch_head
+-- The first row of a keyed bulk push's answer: how many items `made` inserted, and now(); the
+-- columns of the live duplicates that follow it, null.
+SELECT 0 AS batch_ord, count(*)::int AS batch_made, now() AS created_at, NULL::text AS id, NULL::uuid AS endpoint_id,
+       NULL::text AS queue, NULL::text AS source, NULL::text AS kind, NULL::text AS title, NULL::text AS state,
+       NULL::text AS owner, NULL::text AS assignee, NULL::int AS attempt, NULL::int AS max_attempts,
+       NULL::timestamptz AS lease_expires_at, NULL::timestamptz AS next_retry_at, NULL::jsonb AS payload
+  FROM made

@@ -27,12 +27,7 @@ WITH live AS (
                        max_attempts)
     SELECT i.id, %(endpoint_id)s, i.queue, %(source)s, i.kind, i.title, nullif(i.payload, 'null'), i.key,
            i.assignee, i.max_attempts::int
-      FROM ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(queues)s::jsonb),
-                      jsonb_array_elements_text(%(kinds)s::jsonb), jsonb_array_elements_text(%(titles)s::jsonb),
-                      jsonb_array_elements(%(payloads)s::jsonb), jsonb_array_elements_text(%(keys)s::jsonb),
-                      jsonb_array_elements_text(%(assignees)s::jsonb),
-                      jsonb_array_elements_text(%(max_attempts)s::jsonb))
-           WITH ORDINALITY AS i(id, queue, kind, title, payload, key, assignee, max_attempts, ord)
+      FROM {{batch_items_keyed}}
      WHERE EXISTS (SELECT FROM live)
      ORDER BY i.ord
     ON CONFLICT (endpoint_id, idempotency_key)
@@ -41,11 +36,7 @@ WITH live AS (
     DO NOTHING
     RETURNING id
 )
-SELECT 0 AS batch_ord, count(*)::int AS batch_made, now() AS created_at, NULL::text AS id, NULL::uuid AS endpoint_id,
-       NULL::text AS queue, NULL::text AS source, NULL::text AS kind, NULL::text AS title, NULL::text AS state,
-       NULL::text AS owner, NULL::text AS assignee, NULL::int AS attempt, NULL::int AS max_attempts,
-       NULL::timestamptz AS lease_expires_at, NULL::timestamptz AS next_retry_at, NULL::jsonb AS payload
-  FROM made
+{{batch_head}}
 UNION ALL
 SELECT i.ord, NULL, t.created_at, t.id, t.endpoint_id, t.queue, t.source, t.kind, t.title, t.state, t.owner,
        t.assignee, t.attempt, t.max_attempts, t.lease_expires_at, t.next_retry_at, t.payload
@@ -67,11 +58,7 @@ WITH live AS (
     INSERT INTO todos (id, endpoint_id, queue, source, kind, title, payload, assignee, max_attempts)
     SELECT i.id, %(endpoint_id)s, i.queue, %(source)s, i.kind, i.title, nullif(i.payload, 'null'), i.assignee,
            i.max_attempts::int
-      FROM ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(queues)s::jsonb),
-                      jsonb_array_elements_text(%(kinds)s::jsonb), jsonb_array_elements_text(%(titles)s::jsonb),
-                      jsonb_array_elements(%(payloads)s::jsonb), jsonb_array_elements_text(%(assignees)s::jsonb),
-                      jsonb_array_elements_text(%(max_attempts)s::jsonb))
-           WITH ORDINALITY AS i(id, queue, kind, title, payload, assignee, max_attempts, ord)
+      FROM {{batch_items}}
      WHERE EXISTS (SELECT FROM live)
      ORDER BY i.ord
     RETURNING 1
@@ -91,12 +78,7 @@ WITH live AS (
     INSERT INTO todos (id, team_id, queue, source, kind, title, payload, idempotency_key, assignee, max_attempts)
     SELECT i.id, %(team_id)s, i.queue, %(source)s, i.kind, i.title, nullif(i.payload, 'null'), i.key,
            i.assignee, i.max_attempts::int
-      FROM ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(queues)s::jsonb),
-                      jsonb_array_elements_text(%(kinds)s::jsonb), jsonb_array_elements_text(%(titles)s::jsonb),
-                      jsonb_array_elements(%(payloads)s::jsonb), jsonb_array_elements_text(%(keys)s::jsonb),
-                      jsonb_array_elements_text(%(assignees)s::jsonb),
-                      jsonb_array_elements_text(%(max_attempts)s::jsonb))
-           WITH ORDINALITY AS i(id, queue, kind, title, payload, key, assignee, max_attempts, ord)
+      FROM {{batch_items_keyed}}
      WHERE EXISTS (SELECT FROM live)
      ORDER BY i.ord
     ON CONFLICT (team_id, idempotency_key)
@@ -105,11 +87,7 @@ WITH live AS (
     DO NOTHING
     RETURNING id
 )
-SELECT 0 AS batch_ord, count(*)::int AS batch_made, now() AS created_at, NULL::text AS id, NULL::uuid AS endpoint_id,
-       NULL::text AS queue, NULL::text AS source, NULL::text AS kind, NULL::text AS title, NULL::text AS state,
-       NULL::text AS owner, NULL::text AS assignee, NULL::int AS attempt, NULL::int AS max_attempts,
-       NULL::timestamptz AS lease_expires_at, NULL::timestamptz AS next_retry_at, NULL::jsonb AS payload
-  FROM made
+{{batch_head}}
 UNION ALL
 SELECT i.ord, NULL, t.created_at, t.id, t.endpoint_id, t.queue, t.source, t.kind, t.title, t.state, t.owner,
        t.assignee, t.attempt, t.max_attempts, t.lease_expires_at, t.next_retry_at, t.payload
@@ -131,11 +109,7 @@ WITH live AS (
     INSERT INTO todos (id, team_id, queue, source, kind, title, payload, assignee, max_attempts)
     SELECT i.id, %(team_id)s, i.queue, %(source)s, i.kind, i.title, nullif(i.payload, 'null'), i.assignee,
            i.max_attempts::int
-      FROM ROWS FROM (jsonb_array_elements_text(%(ids)s::jsonb), jsonb_array_elements_text(%(queues)s::jsonb),
-                      jsonb_array_elements_text(%(kinds)s::jsonb), jsonb_array_elements_text(%(titles)s::jsonb),
-                      jsonb_array_elements(%(payloads)s::jsonb), jsonb_array_elements_text(%(assignees)s::jsonb),
-                      jsonb_array_elements_text(%(max_attempts)s::jsonb))
-           WITH ORDINALITY AS i(id, queue, kind, title, payload, assignee, max_attempts, ord)
+      FROM {{batch_items}}
      WHERE EXISTS (SELECT FROM live)
      ORDER BY i.ord
     RETURNING 1
