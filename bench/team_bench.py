@@ -13,17 +13,17 @@ hits all of them alike:
   team-policy  the same on `team:bench/policed` (20 other endpoints) under an admission policy that
                never refuses (max_in_flight 1,000, 1,000,000 claims a day): every claim takes the
                policed path (a shard of the policy locked, judged, the todo claimed and charged, in
-               one autocommit statement: migration 0022)
+               one autocommit statement: migrations 0022 and 0023)
 
 Each database first gets 20,000 done todos with one completed attempt each (as the store benchmark
 does), and every queue a backlog of pending todos topped up before each measurement. CPU per cycle
 of this process and of the embedded PostgreSQL is reported next to the rates.
 
-With --levers five measurement-only variants join the rotation, each on its own policed queue and
+With --levers six measurement-only variants join the rotation, each on its own policed queue and
 endpoints, each turning back one step of the policed path (docs/decisions.md D38, D40):
 
   team-policy-unstriped  `team-policy` with the fast path on one shard (copies of migration 0021's
-                       `admit` and 0022's `hold` whose policies have one stripe): its claimers take turns on that row,
+                       `admit` and 0023's `hold` whose policies have one stripe): its claimers take turns on that row,
                        as they did on the policy row before migration 0021
   team-policy-pipelined  `team-policy` with the fast path of migration 0021: BEGIN, `admit` (charging)
                        and the claim pipelined in one round trip, then COMMIT (two round trips, four
@@ -36,6 +36,9 @@ endpoints, each turning back one step of the policed path (docs/decisions.md D38
   team-policy-0017     the same with migration 0017's verdict function (created by the bench under
                        another name, reading the window's usage over the shards): the policed path
                        as it was before migration 0020
+  team-policy-0022     `team-policy` with migration 0022's `hold` (created by the bench under another
+                       name): the shard locked in a subtransaction, the verdict read by the nested
+                       judge function, as before migration 0023
 
 With --team-levers four more, about the team path:
 
@@ -109,7 +112,8 @@ PARSE_QUEUE = f"team:{TEAM}/parse"
 FORCED_QUEUE = f"team:{TEAM}/forced"
 ADMISSION_LEVERS = {"team-policy-unstriped": f"team:{TEAM}/unstriped", "team-policy-pipelined": f"team:{TEAM}/piped",
                     "team-policy-locked": f"team:{TEAM}/locked",
-                    "team-policy-nopipe": f"team:{TEAM}/nopipe", "team-policy-0017": f"team:{TEAM}/old"}
+                    "team-policy-nopipe": f"team:{TEAM}/nopipe", "team-policy-0017": f"team:{TEAM}/old",
+                    "team-policy-0022": f"team:{TEAM}/hold22"}
 LOCKED_LEVERS = ("team-policy-locked", "team-policy-nopipe", "team-policy-0017")
 TEAM_LEVERS = {"team-nolock": NOLOCK_QUEUE, "team-policy-generic": GENERIC_QUEUE, "team-parsecache": PARSE_QUEUE,
                "team-generic": FORCED_QUEUE}
@@ -186,20 +190,43 @@ def old_verdicts_sql() -> str:
 
 
 def unstriped_admit_sql() -> str:
-    """Migration 0021's `admit` and 0022's `hold` under the names bench_admit_unstriped and
+    """Migration 0021's `admit` and 0023's `hold` under the names bench_admit_unstriped and
     bench_hold_unstriped, with one stripe per policy: their fast path locks shard 0 (or waits for it),
     so the claimers of one queue take turns on one row."""
     out = ["CREATE OR REPLACE FUNCTION bench_one_stripe(m int, w int) RETURNS int LANGUAGE sql IMMUTABLE"
            " AS 'SELECT 1';"]
     for file, name, copy in (("0021_admission_shards.sql", "switchboard_admission_admit", "bench_admit_unstriped"),
-                             ("0022_admission_hold.sql", "switchboard_admission_hold", "bench_hold_unstriped")):
+                             ("0023_admission_hold_lean.sql", "switchboard_admission_hold", "bench_hold_unstriped")):
         text = (MIGRATIONS / file).read_text("utf-8")
-        body = text[text.index(f"CREATE FUNCTION {name}"):]
+        create = "CREATE OR REPLACE FUNCTION" if "CREATE OR REPLACE FUNCTION" in text else "CREATE FUNCTION"
+        body = text[text.index(f"{create} {name}"):]
         if "switchboard_admission_stripes(" not in body:
             raise SystemExit(f"bench: {name} no longer reads its stripes as expected; update it")
         body = body.replace("switchboard_admission_stripes(", "bench_one_stripe(")
-        out.append(body.replace(f"FUNCTION {name}", f"OR REPLACE FUNCTION {copy}", 1))
+        out.append("CREATE OR REPLACE FUNCTION " + body[len(create) + 1:].replace(name, copy, 1))
     return "\n".join(out)
+
+
+def hold_0022_sql() -> str:
+    """Migration 0022's `hold` under the name bench_hold_0022: the fast check inside a subtransaction
+    that falls back to the exact verdict in the same statement, the verdict read by the nested
+    `switchboard_admission_judge`."""
+    text = (MIGRATIONS / "0022_admission_hold.sql").read_text("utf-8")
+    body = text[text.index("CREATE FUNCTION switchboard_admission_hold"):]
+    return body.replace("FUNCTION switchboard_admission_hold", "OR REPLACE FUNCTION bench_hold_0022", 1)
+
+
+@contextlib.contextmanager
+def hold_0022():
+    """The one-statement fast path calling migration 0022's `hold` (bench_hold_0022)."""
+    overlay = _Overlay("admission", {
+        name: getattr(Q.admission, name).replace("switchboard_admission_hold(", "bench_hold_0022(")
+        for name in ("claim_next_team_admitted", "claim_next_own_admitted")})
+    admission.Q = overlay
+    try:
+        yield
+    finally:
+        admission.Q = Q
 
 
 @contextlib.contextmanager
@@ -307,6 +334,7 @@ async def open_bench(uri: str, history: int, levers: bool = False, team_levers: 
         async with core.pool.connection() as conn:
             await conn.execute(old_verdicts_sql())
             await conn.execute(unstriped_admit_sql())
+            await conn.execute(hold_0022_sql())
     if team_levers:
         generic = psycopg.conninfo.make_conninfo(uri, options="-c plan_cache_mode=force_generic_plan")
         pool2 = await open_pool(generic, min_size=2, max_size=20)
@@ -388,7 +416,8 @@ def variants(bench: Bench) -> list[Variant]:
                 Variant("team-policy-pipelined", run_swapped("team-policy-pipelined", admit_pipelined)),
                 Variant("team-policy-locked", run_team("team-policy-locked")),
                 Variant("team-policy-nopipe", run_swapped("team-policy-nopipe", pipeline_off)),
-                Variant("team-policy-0017", run_swapped("team-policy-0017", pipeline_off, verdicts_0017))]
+                Variant("team-policy-0017", run_swapped("team-policy-0017", pipeline_off, verdicts_0017)),
+                Variant("team-policy-0022", run_swapped("team-policy-0022", hold_0022))]
     if "team-nolock" in bench.queues:
         if LOCKS not in Q.todos.claim_next_team_one:
             raise SystemExit("bench: the core's claim_next_team_one no longer locks as team-nolock expects; update it")
@@ -504,6 +533,9 @@ async def main(args: argparse.Namespace) -> int:
                 await conn.execute("VACUUM ANALYZE todos")
                 await conn.execute("VACUUM ANALYZE todo_attempts")
             vs = variants(bench)
+            if args.only:
+                keep = {"single", *args.only.split(",")}
+                vs = [v for v in vs if v.name in keep]
             results = {v.name: {w: [] for w in worker_counts} for v in vs}
             cpu = {v.name: {w: [] for w in worker_counts} for v in vs}
             wal: dict[str, dict[int, list[float]]] = {v.name: {w: [] for w in worker_counts} for v in vs}
@@ -560,10 +592,12 @@ async def main(args: argparse.Namespace) -> int:
         ratios += [("team-policy", "team-policy-pipelined"), ("team-policy-pipelined", "single"),
                    ("team-policy", "team-policy-unstriped"), ("team-policy-unstriped", "team-policy-locked"),
                    ("team-policy", "team-policy-locked"), ("team-policy-locked", "team-policy-nopipe"),
-                   ("team-policy-nopipe", "team-policy-0017"), ("team-policy-0017", "single")]
+                   ("team-policy-nopipe", "team-policy-0017"), ("team-policy-0017", "single"),
+                   ("team-policy", "team-policy-0022"), ("team-policy-0022", "single")]
     if args.team_levers:
         ratios += [("team-nolock", "team"), ("team-policy-generic", "team-policy"), ("team-parsecache", "team"),
                    ("team-generic", "team")]
+    ratios = [(a, b) for a, b in ratios if a in names and b in names]
     rows = []
     for w in worker_counts:
         rows.append([str(w)] + [f"{statistics.median(results[n][w]):,.0f}" for n in names]
@@ -580,7 +614,7 @@ async def main(args: argparse.Namespace) -> int:
                f"synchronous_commit {facts['synchronous_commit']}, fsync {facts['fsync']}), Python "
                f"{info['python']}, psycopg {info['psycopg']}, event loop {args.loop}")
     targets = [(f"{n} >= 0.90 x single at {w} workers", paired_ratio(results[n][w], results["single"][w]))
-               for w in worker_counts for n in ("team", "team-policy")]
+               for w in worker_counts for n in ("team", "team-policy") if n in names]
     out = "\n".join([
         f"Team queue benchmark, {started}, {total:.0f} s",
         f"machine: {machine}",
@@ -631,6 +665,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                           " (team-policy-unstriped, -locked, -nopipe, -0017)")
     p.add_argument("--team-levers", action="store_true", help="also the measurement-only variants of the team path"
                                                                " (team-nolock, -policy-generic, -parsecache, -generic)")
+    p.add_argument("--only", help="run only these variants, comma separated (single always runs: the ratios'"
+                                  " base)")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     p.add_argument("--json", help="also write the results to this JSON file")
     p.add_argument("--silent", action="store_true", help="no progress lines on stderr")
