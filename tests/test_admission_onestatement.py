@@ -1,4 +1,4 @@
-"""claim_next of one todo on one policed queue as ONE autocommit statement (migration 0022,
+"""claim_next of one todo on one policed queue as ONE autocommit statement (migrations 0022 and 0023,
 docs/decisions.md D40): `switchboard_admission_hold` locks a shard and judges before any todo is read,
 the claim takes at most the one todo admitted, and the statement charges exactly what it took on the
 shard it holds. One statement and one round trip: no BEGIN, no pipeline, no COMMIT."""
@@ -165,3 +165,42 @@ async def test_the_hold_charges_nothing_itself(core):
     finally:
         await core.pool.putconn(conn)
     assert await charged(core, "inbox") == 0
+
+
+async def test_near_a_cap_the_hold_refuses_and_the_locked_path_claims(core, monkeypatch):
+    """Migration 0023: the hold judges exactly no more. Near a cap (in_flight + S·B above it) it fails
+    with SBA01, which rolls its statement back (shard released, nothing claimed or charged), and
+    claim_next judges again on the locked path, which admits while the cap has room. Migration 0022's
+    hold judged exactly in the same statement, in a subtransaction, and answered `admitted`."""
+    w = await make_world(core)
+    # max_in_flight 8: S = 2 shards, B = 1, so the fast path admits while in_flight + 2 <= 8.
+    await admission.set_policy(core, w.h1, "inbox", endpoint=w.slug1, max_in_flight=8)
+    for _ in range(9):
+        await w.todo()
+    for _ in range(7):
+        assert await todos.claim_next(core, w.e1) is not None
+    conn = await core.pool.getconn()
+    try:
+        with pytest.raises(psycopg.DatabaseError) as err:
+            await conn.execute("SELECT * FROM switchboard_admission_hold(%s, 'inbox', 1)", (w.e1.endpoint_id,))
+        assert err.value.sqlstate == admission.REFUSED_SQLSTATE
+        await conn.rollback()
+        locked = await conn.execute("SELECT count(*) AS n FROM admission_shards s JOIN admission_policies p"
+                                    " ON p.id = s.policy_id WHERE p.queue = 'inbox'")
+        assert (await locked.fetchone())["n"] == 8
+    finally:
+        await core.pool.putconn(conn)
+    assert await charged(core, "inbox") == 7
+    core.policed.note(w.e1.endpoint_id, "inbox", False)  # the one statement first, as after an admission
+    trace = Traced(core, monkeypatch)
+    try:
+        got = await todos.claim_next(core, w.e1)
+        sent = trace.sent()
+    finally:
+        trace.close()
+    assert got is not None and got.admission["in_flight"] == 8
+    assert sent.count("Sync") + sent.count("Query") >= 2, sent  # the failed statement, then the locked path
+    claimed, deferred = await todos.take_next(core, w.e1)
+    assert claimed == [] and deferred[0]["reason"] == "in_flight_full"
+    assert await charged(core, "inbox") == 8
+    assert await check(core) == []
