@@ -21,6 +21,9 @@ Returns a list of violations (empty when the database is consistent):
 Teams and admission control (issue 13):
 - a todo is owned by exactly one of an endpoint or a team (the CHECK holds it; asserted anyway), and a
   team todo sits on a label of its own team;
+- no todo, holder or attempt names a row that does not exist: its endpoint, its team, the endpoint
+  that holds it, the todo of an attempt (the statements that write them prove the row, and
+  statement-level triggers delete or clear what pointed at a deleted row: migration 0025);
 - no holder outside reach: a team todo held (claimed or input-required) by an endpoint is held by a
   live (not revoked) endpoint that holds a grant of the queue and whose human is a member of the team;
   one held by a human (a Board claim) by a member; and an agent's lease names its endpoint;
@@ -109,6 +112,14 @@ CHECKS = {
          WHERE (t.endpoint_id IS NULL) = (t.team_id IS NULL)
             OR (t.team_id IS NOT NULL AND t.queue NOT LIKE 'team:' || tm.slug || '/%')
             OR (t.team_id IS NULL AND t.queue LIKE 'team:%')""",
+    "todo, holder or attempt naming a row that does not exist": """
+        SELECT t.id FROM todos t
+         WHERE (t.endpoint_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.id = t.endpoint_id))
+            OR (t.team_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM teams tm WHERE tm.id = t.team_id))
+            OR (t.claimed_by_endpoint_id IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.id = t.claimed_by_endpoint_id))
+        UNION ALL
+        SELECT a.todo_id FROM todo_attempts a WHERE NOT EXISTS (SELECT 1 FROM todos t WHERE t.id = a.todo_id)""",
     "team todo held outside reach": f"""
         SELECT t.id FROM todos t
          WHERE t.team_id IS NOT NULL AND t.state IN ({_HELD})

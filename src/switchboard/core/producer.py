@@ -8,8 +8,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-
 from . import events, inputs, shapes, teams, todos
 from .endpoints import get_for_human
 from .errors import Conflict, Invalid, NotFound
@@ -372,14 +370,11 @@ async def _create_batch(core: Core, owner: _Owner, source: str,
         params["keys"] = _encode(keys)
     conn = await core.pool.getconn()
     try:
-        try:
-            if owner.team_id is not None:
-                sql = Q.producer.create_team_batch if keyed else Q.producer.create_team_batch_keyless
-            else:
-                sql = Q.producer.create_batch if keyed else Q.producer.create_batch_keyless
-            cur = await conn.execute(sql, params)
-        except psycopg.errors.ForeignKeyViolation:
-            raise NotFound("endpoint not found", argument="endpoint_id", op="create") from None
+        if owner.team_id is not None:
+            sql = Q.producer.create_team_batch if keyed else Q.producer.create_team_batch_keyless
+        else:
+            sql = Q.producer.create_batch if keyed else Q.producer.create_batch_keyless
+        cur = await conn.execute(sql, params)
         rows = await cur.fetchall()
     finally:
         await core.pool.putconn(conn)
