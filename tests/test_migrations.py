@@ -135,7 +135,10 @@ async def test_attempts_table_has_the_req1_fields_and_a_deferred_exclusion(scrat
         assert (con["contype"], con["condeferrable"], con["condeferred"]) == ("x", True, True)
         fk = (await _rows(conn, """SELECT confdeltype FROM pg_constraint
                                     WHERE conrelid = 'todo_attempts'::regclass AND contype = 'f'"""))
-        assert [r["confdeltype"] for r in fk] == ["c"]  # ON DELETE CASCADE
+        assert fk == []  # 0025: the claim proves the todo; deleting todos deletes their attempts by trigger
+        trigger = await _rows(conn, """SELECT tgtype FROM pg_trigger
+                                        WHERE tgrelid = 'todos'::regclass AND tgname = 'todos_deleted'""")
+        assert len(trigger) == 1
         # The CHECKs refuse what the core never writes.
         tid = f"td_{uuid.uuid4()}"
         await _seed_minimal(conn, tid)
