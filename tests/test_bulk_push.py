@@ -218,6 +218,29 @@ async def test_metrics_count_every_created_todo(core):
     assert all('source="api"' in k for k in counted)
 
 
+async def test_a_batch_reaches_a_batch_subscriber_in_one_call_and_is_counted_per_queue(core):
+    """The bus's batch form (`subscribe_batch`): one call per push with every created todo in input
+    order, and the metrics count the batch as the per-event form does."""
+    from switchboard.web.metrics import Metrics
+
+    agent = await vend(core, queues=["build", "deploy"])
+    calls: list[list] = []
+    core.bus.subscribe_batch(lambda evs: calls.append(list(evs)))
+    batch, single = Metrics(), Metrics()
+    core.bus.subscribe_batch(batch.on_events)
+    core.bus.subscribe(single.on_event)
+    answers = await producer.push_many(core, agent.human, agent.slug, items(600, queues=("build", "deploy")),
+                                       source="api")
+    assert len(calls) == 1 and [e.todo_id for e in calls[0]] == [t["id"] for t, _ in answers]
+
+    def created(m) -> dict[str, float]:
+        return {line.split(" ")[0]: float(line.split(" ")[1]) for line in m.render().decode().splitlines()
+                if line.startswith("switchboard_todos_created_total{")}
+
+    assert created(batch) == created(single) and sum(created(batch).values()) == 600
+    assert len(created(batch)) == 2  # one series per queue
+
+
 # ---------------------------------------------------------------------------------- human API
 
 @pytest.fixture(scope="module")

@@ -86,6 +86,27 @@ async def test_a_failing_subscriber_never_affects_the_transition_or_other_subscr
     assert after.events[-1].closed_attempt["outcome"] == "completed"
 
 
+async def test_a_failing_batch_subscriber_never_affects_the_others(core):
+    w = await make_world(core)
+    each, batches = Recorder(), []
+
+    def broken(events) -> None:
+        raise RuntimeError("batch subscriber bug")
+
+    async def broken_async(events) -> None:
+        raise ValueError("async batch subscriber bug")
+
+    core.bus.subscribe_batch(broken)
+    core.bus.subscribe_batch(broken_async)
+    core.bus.subscribe_batch(lambda events: batches.append([e.verb for e in events]))
+    core.bus.subscribe(each)
+    t = await w.todo()
+    await todos.claim(core, w.e1, t["id"])
+    await todos.complete(core, w.e1, t["id"])
+    assert each.verbs == ["create", "claim", "complete"]
+    assert batches == [["create"], ["claim"], ["complete"]]  # one call per publish
+
+
 async def test_one_event_per_transition_and_none_for_a_refused_one(core):
     w = await make_world(core)
     rec = Recorder()

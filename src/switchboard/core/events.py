@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,17 +77,38 @@ def build(verb: str, row: dict[str, Any], closed_raw: dict[str, Any] | None = No
 
 
 Subscriber = Callable[[Event], Awaitable[None] | None]
+BatchSubscriber = Callable[[Sequence[Event]], Awaitable[None] | None]
 
 
 class HookBus:
+    """Subscribers take each event (`subscribe`) or each publish's events at once (`subscribe_batch`:
+    a bulk push publishes up to 1,000 in one call, and a subscriber that counts or wakes a loop does
+    that once, not 1,000 times). Each sees the events of one publish in their order."""
+
     def __init__(self) -> None:
         self._subscribers: list[Subscriber] = []
+        self._batch_subscribers: list[BatchSubscriber] = []
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         self._subscribers.append(fn)
         return lambda: self._subscribers.remove(fn) if fn in self._subscribers else None
 
+    def subscribe_batch(self, fn: BatchSubscriber) -> Callable[[], None]:
+        self._batch_subscribers.append(fn)
+        return lambda: self._batch_subscribers.remove(fn) if fn in self._batch_subscribers else None
+
     async def publish(self, *events: Event) -> None:
+        if not events:
+            return
+        for batch_fn in list(self._batch_subscribers):
+            try:
+                res = batch_fn(events)
+                if inspect.isawaitable(res):
+                    await res
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a subscriber never breaks a committed transition
+                log.exception("event subscriber failed", extra={"verb": events[0].verb})
         for event in events:
             for fn in list(self._subscribers):
                 try:

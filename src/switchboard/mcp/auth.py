@@ -27,7 +27,7 @@ Entries are keyed by the credential's SHA-256, not by the credential itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -135,3 +135,9 @@ class CredentialCache:
         """Hook-bus subscriber: a revoked endpoint's credential stops working at once in this process."""
         if event.verb == "endpoint_revoked":
             self.forget_endpoint(event.endpoint_id)
+
+    def on_events(self, events: Sequence[Event]) -> None:
+        """`on_event` for each of one publish's events (the bus's batch form)."""
+        for event in events:
+            if event.verb == "endpoint_revoked":
+                self.forget_endpoint(event.endpoint_id)

@@ -203,7 +203,7 @@ class McpSurface:
     async def start(self) -> None:
         self._stack = contextlib.AsyncExitStack()
         await self._stack.enter_async_context(self.manager.run())
-        self._unsubscribe_bus = self.runtime.core.bus.subscribe(self.credentials.on_event)
+        self._unsubscribe_bus = self.runtime.core.bus.subscribe_batch(self.credentials.on_events)
         self._unlisten = self.runtime.listener.subscribe(on_credentials=self.on_credentials,
                                                          on_reconnect=self.recheck_credentials)
 

@@ -34,7 +34,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -121,7 +121,7 @@ class HookSender:
     async def start(self) -> None:
         self._stopping = False
         self._client = outbound.new_client(GLOBAL)
-        self._unsubscribe = self.runtime.core.bus.subscribe(self.on_event)
+        self._unsubscribe = self.runtime.core.bus.subscribe_batch(self.on_events)
         if self.listener is not None:
             self._unlisten = self.listener.subscribe(on_batch=self.on_wakeups)
         self._task = asyncio.create_task(self._run(), name="hook-sender")
@@ -149,6 +149,10 @@ class HookSender:
 
     def on_event(self, ev: Event) -> None:
         if ev.verb in WAKING_VERBS:
+            self._wake.set()
+
+    def on_events(self, events: Sequence[Event]) -> None:
+        if any(ev.verb in WAKING_VERBS for ev in events):
             self._wake.set()
 
     async def on_wakeups(self, batch: list[dict]) -> None:

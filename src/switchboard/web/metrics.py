@@ -28,7 +28,7 @@ import hmac
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import (
     CollectorRegistry,
@@ -200,6 +200,18 @@ class Metrics:
         if closed is not None and closed.get("outcome"):
             self._closed(queue, closed["outcome"])
 
+    def on_events(self, events: Sequence[Event]) -> None:
+        """The bus's batch form: a bulk push's `create` events are counted once per queue and source."""
+        created: dict[tuple[str, str], int] = {}
+        for ev in events:
+            if ev.verb == "create" and ev.closed_attempt is None and not ev.extra.get("admission_charged"):
+                key = (ev.queue, ev.source or "unknown")
+                created[key] = created.get(key, 0) + 1
+            else:
+                self.on_event(ev)
+        for (queue, source), n in created.items():
+            self.created.labels(self.queue(queue), bounded(source)).inc(n)
+
     def _closed(self, queue: str, outcome: str, n: int = 1) -> None:
         self.attempts_closed.labels(queue, outcome if outcome in ATTEMPT_OUTCOMES else OTHER).inc(n)
         if outcome in DIED:
@@ -317,7 +329,7 @@ class MetricsSurface:
         return Response(body, media_type=None, headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"})
 
     async def start(self) -> None:
-        self._unsubscribe = self.runtime.core.bus.subscribe(self.metrics.on_event)
+        self._unsubscribe = self.runtime.core.bus.subscribe_batch(self.metrics.on_events)
 
     async def stop(self) -> None:
         if self._unsubscribe:

@@ -22,7 +22,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -96,7 +96,7 @@ class SinkSender:
     async def start(self) -> None:
         self._stopping = False
         self._client = outbound.new_client(GLOBAL)
-        self._unsubscribe = self.runtime.core.bus.subscribe(self.on_event)
+        self._unsubscribe = self.runtime.core.bus.subscribe_batch(self.on_events)
         self._task = asyncio.create_task(self._run(), name="sink-sender")
 
     async def stop(self) -> None:
@@ -118,6 +118,10 @@ class SinkSender:
     def on_event(self, ev: Event) -> None:
         if ev.verb in WAKING_VERBS:
             self._wake.set()  # a dead letter's message is committed with it
+
+    def on_events(self, events: Sequence[Event]) -> None:
+        if any(ev.verb in WAKING_VERBS for ev in events):
+            self._wake.set()
 
     async def on_tick(self, core: Core) -> None:
         """The sweep tick: queue stuck-queue and digest messages (at most every `tick_every` s)."""

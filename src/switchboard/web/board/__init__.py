@@ -57,7 +57,7 @@ def component(board: Board, runtime: Runtime) -> Component:
     async def start() -> None:
         board.core = runtime.core
         board.loop = asyncio.get_running_loop()
-        unsubscribe.append(runtime.core.bus.subscribe(hub.publish))
+        unsubscribe.append(runtime.core.bus.subscribe_batch(hub.publish_many))
 
     async def stop() -> None:
         while unsubscribe:

@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -102,6 +103,13 @@ class LiveHub:
         for stream in streams:
             with contextlib.suppress(asyncio.QueueFull):
                 stream.queue.put_nowait(frame)
+
+    async def publish_many(self, events: Sequence[Event]) -> None:
+        """The bus's batch form: nothing to do at all while no Board page listens."""
+        if not self._streams:
+            return
+        for event in events:
+            await self.publish(event)
 
 
 async def events(request: Request) -> Response:
