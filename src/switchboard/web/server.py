@@ -8,6 +8,7 @@ is printed once uvicorn is listening on that port.
 from __future__ import annotations
 
 import errno
+import gc
 import socket
 import sys
 
@@ -76,6 +77,10 @@ class _Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        # Everything allocated so far (modules, schemas, the app and its pools) lives as long as the
+        # process: out of the collector's sight, a full collection no longer walks it. A bulk push of
+        # 1,000 todos cost the server about 30 % more CPU without this (docs/decisions.md D43).
+        gc.freeze()
         if self.started and not self.should_exit:
             print(banner(self.settings), file=sys.stderr, flush=True)
 
