@@ -166,43 +166,47 @@ SELECT r.* FROM (
 -- skips the prior-attempts read (it has none). Written tight: the claim statements stay under the 4,096
 -- characters up to which psycopg caches a statement's parsing.
 , cap AS (
-  SELECT greatest(5, coalesce((SELECT value::int FROM settings WHERE key = 'attempt_history_max_per_todo'),
-                              50)) AS n
+SELECT greatest(5, coalesce((SELECT value::int FROM settings WHERE key = 'attempt_history_max_per_todo'),
+50)) AS n
 ), closed AS (
-  UPDATE todo_attempts a SET ended_at = now(), outcome = 'lease_expired', disposition = 'requeued'
-    FROM t
-   WHERE t.prior_state = 'claimed' AND a.todo_id = t.id AND a.seq = t.prior_total AND a.ended_at IS NULL
-  RETURNING a.*
+UPDATE todo_attempts a SET ended_at = now(), outcome = 'lease_expired', disposition = 'requeued'
+FROM t
+WHERE t.prior_state = 'claimed' AND a.todo_id = t.id AND a.seq = t.prior_total AND a.ended_at IS NULL
+RETURNING a.*
 ), claimed AS (
-  UPDATE todos x
-     SET state = 'claimed', owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(ttl)s),
-         attempt = x.attempt + 1, attempts_total = x.attempts_total + 1,
-         attempts_pruned = greatest(x.attempts_pruned, x.attempts_total + 1 - (SELECT n FROM cap)),
-         claimed_at = now(), next_retry_at = NULL, updated_at = now(),
-         claimed_by_endpoint_id = %(claimer_endpoint_id)s::uuid
-    FROM t
-   WHERE x.id = t.id
-  RETURNING x.*, t.prior_state
+UPDATE todos x
+SET state = 'claimed', owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(ttl)s),
+attempt = x.attempt + 1, attempts_total = x.attempts_total + 1,
+attempts_pruned = greatest(x.attempts_pruned, x.attempts_total + 1 - (SELECT n FROM cap)),
+claimed_at = now(), next_retry_at = NULL, updated_at = now(),
+claimed_by_endpoint_id = %(claimer_endpoint_id)s::uuid
+FROM t
+WHERE x.id = t.id
+RETURNING x.*, t.prior_state
 ), opened AS (
-  INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, claimer_endpoint_id, claimer_session, owner,
-                             claimant, claimed_at, lease_expires_at, lease_token_hash)
-  SELECT c.id, c.attempts_total, c.attempt, %(claimer_kind)s, %(claimer_endpoint_id)s::uuid, %(session)s,
-         c.owner, %(claimant)s, now(), c.lease_expires_at, %(new_token_hash)s::bytea
-    FROM claimed c
-  RETURNING seq
+INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, claimer_endpoint_id, claimer_session, owner,
+claimant, claimed_at, lease_expires_at, lease_token_hash)
+SELECT c.id, c.attempts_total, c.attempt, %(claimer_kind)s, %(claimer_endpoint_id)s::uuid, %(session)s,
+c.owner, %(claimant)s, now(), c.lease_expires_at, %(new_token_hash)s::bytea
+FROM claimed c
+RETURNING seq
 ), pruned AS (
-  DELETE FROM todo_attempts a USING claimed c
-   WHERE a.todo_id = c.id AND a.seq <= c.attempts_pruned AND a.ended_at IS NOT NULL
-  RETURNING a.seq
+DELETE FROM todo_attempts a USING claimed c
+WHERE a.todo_id = c.id AND a.seq <= c.attempts_pruned AND a.ended_at IS NOT NULL
+RETURNING a.seq
 )
 SELECT c.*, (SELECT seq FROM opened) AS attempt_seq, (SELECT to_jsonb(cl) FROM closed cl) AS closed_attempt,
-       CASE WHEN c.attempts_total = 1 THEN '[]'::jsonb ELSE
-       (SELECT coalesce(jsonb_agg(to_jsonb(p) || {{last_note_only}} ORDER BY p.seq DESC), '[]'::jsonb)
-          FROM (SELECT z.* FROM (SELECT a.* FROM todo_attempts a
-                                  WHERE a.todo_id = c.id AND a.ended_at IS NOT NULL AND a.seq > c.attempts_pruned
-                                 UNION ALL SELECT * FROM closed) z
-                 ORDER BY z.seq DESC LIMIT 5) p) END AS prior_attempts
-  FROM claimed c
+CASE WHEN c.attempts_total = 1 THEN '[]'::jsonb ELSE
+(SELECT coalesce(jsonb_agg(to_jsonb(p) || {{last_note_only}} ORDER BY p.seq DESC), '[]'::jsonb)
+FROM (SELECT z.* FROM (SELECT a.* FROM todo_attempts a
+WHERE a.todo_id = c.id AND a.ended_at IS NOT NULL AND a.seq > c.attempts_pruned
+UNION ALL SELECT * FROM closed) z
+ORDER BY z.seq DESC LIMIT 5) p) END AS prior_attempts
+FROM claimed c
+-- `t` read here, before anything else (a One-Time Filter on an InitPlan): its search holds the
+-- endpoint check, and a join whose other side is empty (the todos of `claimed`, the open attempts of
+-- `closed`) would otherwise never read it, so a revoked endpoint would find nothing, not be refused.
+WHERE (SELECT count(*) FROM t) >= 0
 
 -- name: claim_batch_arms
 -- claim_next_arms with up to %(max_todos)s rows per arm, for a batched claim_next.
@@ -303,6 +307,8 @@ SELECT c.*,
                                  SELECT cl.* FROM closed cl WHERE cl.todo_id = c.id) z
                  ORDER BY z.seq DESC LIMIT 5) p) END AS prior_attempts
   FROM claimed c
+-- `t` read first, as in claim_tail: its search holds the endpoint check.
+ WHERE (SELECT count(*) FROM t) >= 0
  ORDER BY c.i
 
 -- name: held_batch
