@@ -56,6 +56,16 @@ class Traced:
         os.unlink(self.path)
 
 
+async def sent_during(core, monkeypatch, call):
+    """What `call()` returns, and the message types the core's connections sent meanwhile."""
+    trace = Traced(core, monkeypatch)
+    try:
+        got = await call()
+        return got, trace.sent()
+    finally:
+        trace.close()
+
+
 async def charged(core, policy_queue: str) -> int:
     rows = await sql(core, "SELECT switchboard_admission_used(p.id, switchboard_window_start(p.window_period,"
                            " p.window_tz, p.window_start_minute, p.window_weekday, now())) AS n"
@@ -71,12 +81,7 @@ async def test_a_policed_claim_next_is_one_statement_in_one_round_trip(core, mon
     await w.todo()
     assert await todos.claim_next(core, w.e1) is not None  # marks the endpoint policed
     t = await w.todo()
-    trace = Traced(core, monkeypatch)
-    try:
-        got = await todos.claim_next(core, w.e1)
-        sent = trace.sent()
-    finally:
-        trace.close()
+    got, sent = await sent_during(core, monkeypatch, lambda: todos.claim_next(core, w.e1))
     assert got is not None and got.todo["id"] == t["id"]
     assert (got.admission["used"], got.admission["in_flight"]) == (2, 2)
     statements = [m for m in sent if m in ("Bind", "Query")]
@@ -95,12 +100,7 @@ async def test_the_team_claim_is_one_statement_and_charges_once(core, monkeypatc
         await f.push()
     ep = f.endpoints[1]
     assert await todos.claim_next(core, ep, queue=f.label) is not None
-    trace = Traced(core, monkeypatch)
-    try:
-        got = await todos.claim_next(core, ep, queue=f.label)
-        sent = trace.sent()
-    finally:
-        trace.close()
+    got, sent = await sent_during(core, monkeypatch, lambda: todos.claim_next(core, ep, queue=f.label))
     assert got is not None and got.admission["used"] == 2
     assert len([m for m in sent if m in ("Bind", "Query")]) == 1, sent
     assert await charged(core, f.label) == 2
@@ -192,12 +192,7 @@ async def test_near_a_cap_the_hold_refuses_and_the_locked_path_claims(core, monk
         await core.pool.putconn(conn)
     assert await charged(core, "inbox") == 7
     core.policed.note(w.e1.endpoint_id, "inbox", False)  # the one statement first, as after an admission
-    trace = Traced(core, monkeypatch)
-    try:
-        got = await todos.claim_next(core, w.e1)
-        sent = trace.sent()
-    finally:
-        trace.close()
+    got, sent = await sent_during(core, monkeypatch, lambda: todos.claim_next(core, w.e1))
     assert got is not None and got.admission["in_flight"] == 8
     assert sent.count("Sync") + sent.count("Query") >= 2, sent  # the failed statement, then the locked path
     claimed, deferred = await todos.take_next(core, w.e1)

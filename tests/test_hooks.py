@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from conftest import core_for, create_database, make_settings, start_process_server, start_thread_server
 from core_world import lapse, make_due, make_world, sql
+from sender_kit import stops_right_after_a_wake_up
 from switchboard.core import api_tokens, hooks, sweeps, todos
 from switchboard.core.errors import Conflict, Invalid, NotFound
 from switchboard.web.hooks import render_body
@@ -399,13 +400,4 @@ async def test_stop_ends_the_hook_sender_even_when_a_wake_up_meets_the_cancellat
     from switchboard.web.hooks import HookSender
 
     s = HookSender(Runtime(core.settings, core=core))
-    await s.start()
-    await asyncio.sleep(0.5)  # the loop is idle, waiting for a wake-up
-    s._wake.set()
-    stopping = asyncio.create_task(s.stop())
-    done, _ = await asyncio.wait({stopping}, timeout=3)  # asyncio.wait cancels nothing itself
-    if not done:  # the old loop: cancel it once more so the test ends
-        assert s._task is not None
-        s._task.cancel()
-        await stopping
-    assert done, "stop() did not end the sender"
+    assert await stops_right_after_a_wake_up(s), "stop() did not end the sender"

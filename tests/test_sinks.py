@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from conftest import clean_database, core_for, make_settings, run_async, start_thread_server
 from core_world import make_world, sql
+from sender_kit import stops_right_after_a_wake_up
 from switchboard.core import api_tokens, hooks, sink_messages, sinks, todos
 from switchboard.core.errors import Invalid, NotFound
 from switchboard.runtime import Runtime
@@ -578,13 +579,4 @@ async def test_stop_ends_the_sender_even_when_a_wake_up_meets_the_cancellation(c
     a sender stopped right after a wake-up used to keep looping, and stop() never returned."""
     core.settings = make_settings(core.settings.database_url, base_url=BASE)
     s = SinkSender(Runtime(core.settings, core=core))
-    await s.start()
-    await asyncio.sleep(0.5)  # the loop is idle, waiting for a wake-up
-    s._wake.set()
-    stopping = asyncio.create_task(s.stop())
-    done, _ = await asyncio.wait({stopping}, timeout=3)  # asyncio.wait cancels nothing itself
-    if not done:  # the old loop: cancel it once more so the test ends
-        assert s._task is not None
-        s._task.cancel()
-        await stopping
-    assert done, "stop() did not end the sender"
+    assert await stops_right_after_a_wake_up(s), "stop() did not end the sender"

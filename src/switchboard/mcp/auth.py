@@ -132,12 +132,11 @@ class CredentialCache:
         self.refused_sessions.pop(session_id, None)
 
     def on_event(self, event: Event) -> None:
-        """Hook-bus subscriber: a revoked endpoint's credential stops working at once in this process."""
-        if event.verb == "endpoint_revoked":
-            self.forget_endpoint(event.endpoint_id)
+        self.on_events((event,))
 
     def on_events(self, events: Sequence[Event]) -> None:
-        """`on_event` for each of one publish's events (the bus's batch form)."""
+        """Hook-bus subscriber (batch form): a revoked endpoint's credential stops working at once in
+        this process."""
         for event in events:
             if event.verb == "endpoint_revoked":
                 self.forget_endpoint(event.endpoint_id)

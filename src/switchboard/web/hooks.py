@@ -148,8 +148,7 @@ class HookSender:
         self._wake.set()
 
     def on_event(self, ev: Event) -> None:
-        if ev.verb in WAKING_VERBS:
-            self._wake.set()
+        self.on_events((ev,))
 
     def on_events(self, events: Sequence[Event]) -> None:
         if any(ev.verb in WAKING_VERBS for ev in events):

@@ -116,12 +116,11 @@ class SinkSender:
             await self._client.aclose()
 
     def on_event(self, ev: Event) -> None:
-        if ev.verb in WAKING_VERBS:
-            self._wake.set()  # a dead letter's message is committed with it
+        self.on_events((ev,))
 
     def on_events(self, events: Sequence[Event]) -> None:
         if any(ev.verb in WAKING_VERBS for ev in events):
-            self._wake.set()
+            self._wake.set()  # a dead letter's message is committed with it
 
     async def on_tick(self, core: Core) -> None:
         """The sweep tick: queue stuck-queue and digest messages (at most every `tick_every` s)."""
