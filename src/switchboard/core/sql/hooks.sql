@@ -57,7 +57,9 @@ SELECT attempt, started_at, duration_ms, status_code, result, error
 
 -- name: claim_due
 -- The sender takes due notifications under a short lease (so a crashed sender's rows come back),
--- at most `per_hook` per hook and none of the hooks it is still busy with.
+-- at most `per_hook` per hook and none of the hooks it is still busy with. The locking scan repeats
+-- the due conditions: READ COMMITTED rechecks only them on a row another sender took or settled
+-- after this statement's snapshot (sinks.sql's claim_due says more).
 WITH due AS (
     SELECT o.id, o.hook_id, o.next_attempt_at FROM hook_outbox o
      WHERE o.state = 'pending' AND o.next_attempt_at <= now()
@@ -71,6 +73,8 @@ WITH due AS (
 ), picked AS (
     SELECT o.id FROM hook_outbox o
      WHERE o.id IN (SELECT id FROM ranked WHERE rn <= %(per_hook)s)
+       AND o.state = 'pending' AND o.next_attempt_at <= now()
+       AND (o.locked_until IS NULL OR o.locked_until < now())
      ORDER BY o.next_attempt_at, o.id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED

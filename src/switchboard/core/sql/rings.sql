@@ -43,8 +43,13 @@ WITH due AS (
     ) ranked
      WHERE rn <= %(per_endpoint)s
 ), locked AS (
+    -- The dueness again, on the row version this locks: a todo another process rang after this
+    -- statement's snapshot is no longer due (sinks.sql's claim_due says why).
     SELECT todos.id FROM todos
-     WHERE todos.id IN (SELECT id FROM due) AND todos.state = 'pending'
+     WHERE todos.id IN (SELECT id FROM due) AND todos.state = 'pending' AND todos.ring_attempts < 5
+       AND coalesce(todos.last_ringed_at, todos.updated_at)
+           <= now() - make_interval(secs => (%(intervals)s::float8[])[
+                  least(todos.ring_attempts + 1, cardinality(%(intervals)s::float8[]))])
        FOR UPDATE SKIP LOCKED
 )
 UPDATE todos x

@@ -129,8 +129,10 @@ RETURNING id
 
 -- name: claim_due
 -- The sender takes due messages under a short lease (so a crashed sender's rows come back), at
--- most one per sink and none of the sinks it is still busy with; SKIP LOCKED keeps two processes
--- from taking the same row.
+-- most one per sink and none of the sinks it is still busy with. SKIP LOCKED skips a row another
+-- process holds; a row another process took or settled after this statement's snapshot is locked
+-- in its latest version, and READ COMMITTED rechecks only the locking scan's own conditions on it,
+-- so the due conditions are repeated there (without them two senders sent one message twice).
 WITH due AS (
     SELECT o.id, o.sink_id, o.next_attempt_at FROM sink_outbox o
       JOIN notification_sinks s ON s.id = o.sink_id AND s.enabled
@@ -144,6 +146,8 @@ WITH due AS (
 ), picked AS (
     SELECT o.id FROM sink_outbox o
      WHERE o.id IN (SELECT id FROM ranked WHERE rn = 1)
+       AND o.state = 'pending' AND o.next_attempt_at <= now()
+       AND (o.locked_until IS NULL OR o.locked_until < now())
      ORDER BY o.next_attempt_at, o.id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
