@@ -140,6 +140,7 @@ def report(args: argparse.Namespace, m: dict, command: str) -> str:
 
     # Issue 17's targets that this run measures: (what, system, against, at least this ratio, worker counts).
     targets = [("Switchboard core per claim / raw SQL per job", "sb-core", "raw-per-job", 0.85, ws),
+               ("Switchboard core per claim / Oban (Python port)", "sb-core", "oban", 1.0, ws),
                ("Switchboard core batches of 100 / PgQueuer asyncpg batch 100", "sb-core-batch-100",
                 "pgqueuer-asyncpg-100", 1.0, [w for w in ws if w >= 4]),
                ("Switchboard MCP batches of 100 / PgQueuer psycopg default batch", "sb-mcp-batch-100",
@@ -196,7 +197,12 @@ def report(args: argparse.Namespace, m: dict, command: str) -> str:
         " finish call per job, and its trigger writes `procrastinate_events` rows. PgQueuer on psycopg"
         " shares one connection between queries and its notification watcher, which holds it until the"
         " next notification arrives (its driver reads `notifies(timeout=1.0, stop_after=1)`); on asyncpg"
-        " the listener does not hold the connection.",
+        " the listener does not hold the connection. Oban's Python port (open-source edition) runs one"
+        " fetcher per queue that takes up to its limit W minus the jobs running in one statement, and"
+        " marks the jobs finished since the last fetch done in one transaction (one UPDATE per job), so"
+        " at W > 1 it claims and acknowledges in small batches; its bulk `enqueue_many` sends one INSERT"
+        " per job in one transaction. Its Python CPU is not in this process's figure (it runs in a child"
+        " process on Python >= 3.12).",
         "",
     ]
     if r.failed:
