@@ -19,8 +19,9 @@ Each database first gets 20,000 done todos with one completed attempt each (as t
 does), and every queue a backlog of pending todos topped up before each measurement. CPU per cycle
 of this process and of the embedded PostgreSQL is reported next to the rates.
 
-With --levers six measurement-only variants join the rotation, each on its own policed queue and
-endpoints, each turning back one step of the policed path (docs/decisions.md D38, D40):
+With --levers eight measurement-only variants join the rotation, each on its own policed queue and
+endpoints; the first six each turn back one step of the policed path (docs/decisions.md D38, D40),
+the last two cut parts of it out to show what the rest costs:
 
   team-policy-unstriped  `team-policy` with the fast path on one shard (copies of migration 0021's
                        `admit` and 0023's `hold` whose policies have one stripe): its claimers take turns on that row,
@@ -39,6 +40,11 @@ endpoints, each turning back one step of the policed path (docs/decisions.md D38
   team-policy-0022     `team-policy` with migration 0022's `hold` (created by the bench under another
                        name): the shard locked in a subtransaction, the verdict read by the nested
                        judge function, as before migration 0023
+  team-policy-barelock measurement only (it judges nothing): `team-policy` with the hold replaced by
+                       a bare lock of a free shard in the statement itself (no function, no counts),
+                       still charged; what a design that only locks and charges could reach
+  team-policy-selectonly measurement only: the policy read with no lock and no charge; what is left is
+                       the policed path's statement shape (the verdict row) and its Python
 
 With --team-levers four more, about the team path:
 
@@ -113,7 +119,8 @@ FORCED_QUEUE = f"team:{TEAM}/forced"
 ADMISSION_LEVERS = {"team-policy-unstriped": f"team:{TEAM}/unstriped", "team-policy-pipelined": f"team:{TEAM}/piped",
                     "team-policy-locked": f"team:{TEAM}/locked",
                     "team-policy-nopipe": f"team:{TEAM}/nopipe", "team-policy-0017": f"team:{TEAM}/old",
-                    "team-policy-0022": f"team:{TEAM}/hold22"}
+                    "team-policy-0022": f"team:{TEAM}/hold22", "team-policy-barelock": f"team:{TEAM}/barelock",
+                    "team-policy-selectonly": f"team:{TEAM}/selectonly"}
 LOCKED_LEVERS = ("team-policy-locked", "team-policy-nopipe", "team-policy-0017")
 TEAM_LEVERS = {"team-nolock": NOLOCK_QUEUE, "team-policy-generic": GENERIC_QUEUE, "team-parsecache": PARSE_QUEUE,
                "team-generic": FORCED_QUEUE}
@@ -227,6 +234,44 @@ def hold_0022():
         yield
     finally:
         admission.Q = Q
+
+
+HOLD_CALL = ("SELECT v.* FROM switchboard_admission_hold(%(endpoint_id)s::uuid, %(queue)s::text, 1) v"
+             " WHERE switchboard_endpoint_live(%(endpoint_id)s::uuid)")
+BARE_HOLD = (
+    "SELECT s.policy_id, p.queue, 'admitted'::text AS verdict, p.max_in_flight, 0 AS in_flight,"
+    " p.max_claims_per_window, 0 AS used, w.ws AS window_starts, switchboard_window_end(p.window_period,"
+    " p.window_tz, w.ws) AS window_resets, NULL::int AS pending, NULL::timestamptz AS next_eligible_at,"
+    " 1000 AS cap, s.shard FROM admission_policies p CROSS JOIN LATERAL (SELECT s.policy_id, s.shard"
+    " FROM admission_shards s WHERE s.policy_id = p.id AND s.shard < 4 ORDER BY s.shard LIMIT 1"
+    " FOR UPDATE SKIP LOCKED) s CROSS JOIN LATERAL (SELECT switchboard_window_start(p.window_period, p.window_tz,"
+    " p.window_start_minute, p.window_weekday, now()) AS ws) w WHERE p.queue = %(queue)s"
+    " AND (p.endpoint_id = %(endpoint_id)s::uuid OR p.team_id IS NOT NULL)"
+    " AND switchboard_endpoint_live(%(endpoint_id)s::uuid)")
+
+
+def _adm_swapped(adm: str, charge: bool):
+    """The team fast path with its `adm` replaced by `adm`, and without its charge unless `charge`."""
+    base = Q.admission.claim_next_team_admitted
+    found = re.search(r", charge AS \(\nUPDATE admission_shards.*?\n\)\n", base, re.S)
+    if HOLD_CALL not in base or found is None:
+        raise SystemExit("bench: claim_next_team_admitted no longer calls the hold as expected; update it")
+    sql = base.replace(HOLD_CALL, adm)
+    if not charge:
+        sql = sql.replace(found.group(0), ", charge AS (SELECT 1)\n")
+
+    @contextlib.contextmanager
+    def swap():
+        admission.Q = _Overlay("admission", {"claim_next_team_admitted": sql})
+        try:
+            yield
+        finally:
+            admission.Q = Q
+    return swap
+
+
+bare_lock = _adm_swapped(BARE_HOLD, charge=True)
+select_only = _adm_swapped(BARE_HOLD.replace(" FOR UPDATE SKIP LOCKED", ""), charge=False)
 
 
 @contextlib.contextmanager
@@ -417,13 +462,21 @@ def variants(bench: Bench) -> list[Variant]:
                 Variant("team-policy-locked", run_team("team-policy-locked")),
                 Variant("team-policy-nopipe", run_swapped("team-policy-nopipe", pipeline_off)),
                 Variant("team-policy-0017", run_swapped("team-policy-0017", pipeline_off, verdicts_0017)),
-                Variant("team-policy-0022", run_swapped("team-policy-0022", hold_0022))]
+                Variant("team-policy-0022", run_swapped("team-policy-0022", hold_0022)),
+                Variant("team-policy-barelock", run_swapped("team-policy-barelock", bare_lock)),
+                Variant("team-policy-selectonly", run_swapped("team-policy-selectonly", select_only))]
     if "team-nolock" in bench.queues:
         if LOCKS not in Q.todos.claim_next_team_one:
             raise SystemExit("bench: the core's claim_next_team_one no longer locks as team-nolock expects; update it")
         out += [Variant("team-nolock", run_nolock), Variant("team-policy-generic", run_team("team-policy-generic")),
                 Variant("team-parsecache", run_parsecache), Variant("team-generic", run_team("team-generic"))]
     return out
+
+
+def charge_check(key: str, units: int, opened: int) -> str:
+    if key == "team-policy-selectonly":
+        return " (this lever charges nothing)"
+    return " (equal)" if units == opened else " (DIFFER)"
 
 
 async def wal_lsn(bench: Bench) -> int:
@@ -593,7 +646,9 @@ async def main(args: argparse.Namespace) -> int:
                    ("team-policy", "team-policy-unstriped"), ("team-policy-unstriped", "team-policy-locked"),
                    ("team-policy", "team-policy-locked"), ("team-policy-locked", "team-policy-nopipe"),
                    ("team-policy-nopipe", "team-policy-0017"), ("team-policy-0017", "single"),
-                   ("team-policy", "team-policy-0022"), ("team-policy-0022", "single")]
+                   ("team-policy", "team-policy-0022"), ("team-policy-0022", "single"),
+                   ("team-policy-barelock", "single"), ("team-policy-selectonly", "single"),
+                   ("team-policy-selectonly", "team")]
     if args.team_levers:
         ratios += [("team-nolock", "team"), ("team-policy-generic", "team-policy"), ("team-parsecache", "team"),
                    ("team-generic", "team")]
@@ -633,7 +688,7 @@ async def main(args: argparse.Namespace) -> int:
                   ["workers", *names]),
         "",
         "policy charges: " + "; ".join(f"{key} {units:,} units charged on {shards} shards, {opened:,} attempts"
-                                       " opened" + (" (equal)" if units == opened else " (DIFFER)")
+                                       " opened" + charge_check(key, units, opened)
                                        for key, units, opened, shards in charges),
         "",
         "targets (issue 13: within 10 % of the single-endpoint figure):",
