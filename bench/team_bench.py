@@ -260,13 +260,30 @@ def _adm_swapped(adm: str, charge: bool):
     if not charge:
         sql = sql.replace(found.group(0), ", charge AS (SELECT 1)\n")
 
+    class File:  # Q.admission with this one statement swapped, built once (no per-call overlay cost)
+        claim_next_team_admitted = sql
+
+        def __getattr__(self, name: str) -> str:
+            return getattr(Q.admission, name)
+
+    class Catalogue:
+        admission = File()
+
+        def __getattr__(self, name: str):
+            return getattr(Q, name)
+
     @contextlib.contextmanager
     def swap():
-        admission.Q = _Overlay("admission", {"claim_next_team_admitted": sql})
+        # The swapped statement is longer than the 4,096 characters up to which psycopg caches a
+        # statement's parsing; the real one is shorter, so the cache is raised while this runs.
+        before = psycopg_queries.MAX_CACHED_STATEMENT_LENGTH
+        psycopg_queries.MAX_CACHED_STATEMENT_LENGTH = 16_384
+        admission.Q = Catalogue()
         try:
             yield
         finally:
             admission.Q = Q
+            psycopg_queries.MAX_CACHED_STATEMENT_LENGTH = before
     return swap
 
 
