@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import UTC, datetime
 
 from core_world import make_world, sql
 from switchboard.core import hooks, rings, sinks
@@ -21,21 +22,30 @@ PER_TARGET = 40
 TARGETS = 5
 
 
-async def drain(core, claim, settle) -> Counter:
-    """Senders take and settle messages until none is due; returns how often each id was taken."""
+async def drain(take, settle=None) -> Counter:
+    """SENDERS takers take (and settle) rows until none is due; how often each id was taken."""
     taken: Counter = Counter()
 
-    async def sender() -> None:
+    async def taker() -> None:
         idle = 0
         while idle < 3:
-            rows = await claim()
+            rows = await take()
             idle = 0 if rows else idle + 1
             for row in rows:
                 taken[row["id"]] += 1
-                await settle(row)
+                if settle is not None:
+                    await settle(row)
 
-    await asyncio.gather(*(sender() for _ in range(SENDERS)))
+    await asyncio.gather(*(taker() for _ in range(SENDERS)))
+    twice = {k: v for k, v in taken.items() if v > 1}
+    assert not twice, f"taken more than once: {twice}"
     return taken
+
+
+async def assert_delivered_once(core, taken: Counter, outbox: str) -> None:
+    rows = await sql(core, f"SELECT state, attempts FROM {outbox}")
+    assert len(taken) == len(rows) == TARGETS * PER_TARGET
+    assert {(r["state"], r["attempts"]) for r in rows} == {("delivered", 1)}
 
 
 async def test_racing_sink_senders_take_each_message_once(core):
@@ -50,12 +60,8 @@ async def test_racing_sink_senders_take_each_message_once(core):
         await sinks.record_attempt(core, outbox_id=row["id"], status_code=200, result="2xx", error=None,
                                    state="delivered")
 
-    taken = await drain(core, lambda: sinks.claim_due(core, limit=4, lease_seconds=60), settle)
-    twice = {k: v for k, v in taken.items() if v > 1}
-    assert not twice, f"taken more than once: {twice}"
-    rows = await sql(core, "SELECT state, attempts FROM sink_outbox")
-    assert len(taken) == len(rows) == TARGETS * PER_TARGET
-    assert {(r["state"], r["attempts"]) for r in rows} == {("delivered", 1)}
+    taken = await drain(lambda: sinks.claim_due(core, limit=4, lease_seconds=60), settle)
+    await assert_delivered_once(core, taken, "sink_outbox")
 
 
 async def test_racing_hook_senders_take_each_notification_once(core):
@@ -67,20 +73,11 @@ async def test_racing_hook_senders_take_each_notification_once(core):
               ([str(i) for i in ids], PER_TARGET))
 
     async def settle(row: dict) -> None:
-        await hooks.record_attempt(core, outbox_id=row["id"], attempt=row["attempts"], started_at=row["now"],
+        await hooks.record_attempt(core, outbox_id=row["id"], attempt=row["attempts"], started_at=datetime.now(UTC),
                                    duration_ms=1, status_code=200, result="2xx", error=None, state="delivered")
 
-    async def claim() -> list[dict]:
-        rows = await hooks.claim_due(core, limit=4, per_hook=1, lease_seconds=60)
-        now = (await sql(core, "SELECT now() AS now"))[0]["now"]
-        return [dict(r, now=now) for r in rows]
-
-    taken = await drain(core, claim, settle)
-    twice = {k: v for k, v in taken.items() if v > 1}
-    assert not twice, f"taken more than once: {twice}"
-    rows = await sql(core, "SELECT state, attempts FROM hook_outbox")
-    assert len(taken) == len(rows) == TARGETS * PER_TARGET
-    assert {(r["state"], r["attempts"]) for r in rows} == {("delivered", 1)}
+    taken = await drain(lambda: hooks.claim_due(core, limit=4, per_hook=1, lease_seconds=60), settle)
+    await assert_delivered_once(core, taken, "hook_outbox")
 
 
 async def test_racing_re_rings_count_each_due_todo_once(core):
@@ -89,20 +86,6 @@ async def test_racing_re_rings_count_each_due_todo_once(core):
     ids = [(await w.todo(f"waiting {n}"))["id"] for n in range(TARGETS * PER_TARGET)]
     await sql(core, "UPDATE todos SET updated_at = now() - interval '6 minutes' WHERE id = ANY(%s)", (ids,))
 
-    async def tick() -> list[dict]:
-        return await rings.rering_due(core, [w.e1.endpoint_id], per_endpoint=7)
-
-    rung: Counter = Counter()
-
-    async def process() -> None:
-        idle = 0
-        while idle < 3:
-            rows = await tick()
-            idle = 0 if rows else idle + 1
-            rung.update(r["id"] for r in rows)
-
-    await asyncio.gather(*(process() for _ in range(SENDERS)))
-    twice = {k: v for k, v in rung.items() if v > 1}
-    assert not twice, f"rung more than once: {twice}"
+    rung = await drain(lambda: rings.rering_due(core, [w.e1.endpoint_id], per_endpoint=7))
     rows = await sql(core, "SELECT ring_attempts FROM todos WHERE id = ANY(%s)", (ids,))
     assert len(rung) == len(rows) == len(ids) and {r["ring_attempts"] for r in rows} == {1}

@@ -101,21 +101,19 @@ class HookBus:
         if not events:
             return
         for batch_fn in list(self._batch_subscribers):
-            try:
-                res = batch_fn(events)
-                if inspect.isawaitable(res):
-                    await res
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a subscriber never breaks a committed transition
-                log.exception("event subscriber failed", extra={"verb": events[0].verb})
+            await _deliver(batch_fn, events, events[0].verb)
         for event in events:
             for fn in list(self._subscribers):
-                try:
-                    res = fn(event)
-                    if inspect.isawaitable(res):
-                        await res
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # a subscriber never breaks a committed transition
-                    log.exception("event subscriber failed", extra={"verb": event.verb})
+                await _deliver(fn, event, event.verb)
+
+
+async def _deliver(fn: Callable[[Any], Awaitable[None] | None], arg: Any, verb: str) -> None:
+    """Call one subscriber; a subscriber never breaks a committed transition."""
+    try:
+        res = fn(arg)
+        if inspect.isawaitable(res):
+            await res
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("event subscriber failed", extra={"verb": verb})
