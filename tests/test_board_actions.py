@@ -4,6 +4,7 @@ guards every state change, and the new-todo form checks its JSON in place."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 from board_kit import open_drawer, page_for
@@ -271,3 +272,38 @@ async def test_new_todo_form_checks_json_in_place(board_server, browser):
         assert detail["queue"] == "builds" and detail["payload"] == {"pr": 7, "note": "<i>x</i>"}
         assert detail["source"] == "board"
         await page.watch.assert_clean(page)
+
+
+async def test_a_live_refresh_answered_after_an_action_does_not_undo_it(board_server, browser):
+    """The drawer refreshes itself on live events. A refresh that read the todo before an action
+    committed, but is answered after the action and the refresh its own event brings, must not bring
+    the old state back: here the first refresh's answer is read at once and held until then."""
+    human = await board_server.human("race")
+    _, agent = await board_server.endpoint(human)
+    tid = await _new(board_server, agent, "Raced by a refresh")
+    async with page_for(browser, board_server, human) as page:
+        await open_drawer(page, tid)
+        await _click(page, "sb-act-claim")
+        stale_read, fresh_sent, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def hold_the_first(route) -> None:
+            if stale_read.is_set():
+                await route.continue_()
+                fresh_sent.set()
+                return
+            answer = await route.fetch()  # read now: the attempt still in progress
+            stale_read.set()
+            await release.wait()
+            await route.fulfill(response=answer)
+
+        await page.route("**/todos/*/live", hold_the_first)
+        await board_server.run(todos.heartbeat, human, tid)  # a live event: the drawer refreshes
+        await asyncio.wait_for(stale_read.wait(), 10)
+        await _click(page, "sb-act-complete")
+        await asyncio.wait_for(fresh_sent.wait(), 10)  # the completion's own live refresh
+        await page.wait_for_timeout(300)
+        assert "completed → done" in await page.inner_text(f"#sb-attempts-{tid}")
+        release.set()
+        # The held, older answer reaches the page now; give it the time a swap takes, then look again.
+        await page.wait_for_timeout(500)
+        assert "completed → done" in await page.inner_text(f"#sb-attempts-{tid}")

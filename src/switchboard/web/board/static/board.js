@@ -111,11 +111,17 @@
       .then(function (r) { return r.status === 200 ? r.text() : null; });
   }
 
+  // Every render of the panel or the drawer counts: a live refresh answered after a newer render (a
+  // later refresh, or an action's own answer in the drawer) is dropped, so an older read of a todo
+  // never overwrites a newer one.
+  var renders = { panel: 0, drawer: 0 };
+
   function refreshPanel() {
     var panel = byId("sb-todos-panel");
     if (!panel) { return; }
+    var render = ++renders.panel;
     fetchHtml(panel.getAttribute("data-sb-panel"), { "X-SB-Part": "panel" }).then(function (html) {
-      if (html === null) { return; }
+      if (html === null || render !== renders.panel) { return; }
       var tpl = document.createElement("template");
       tpl.innerHTML = html;
       keepFocusReplace(panel, tpl.content);
@@ -124,9 +130,12 @@
   }
 
   function refreshDrawer(todoId) {
+    var render = ++renders.drawer;
     fetchHtml("/todos/" + encodeURIComponent(todoId) + "/live").then(function (html) {
       var dialog = drawer();
-      if (html === null || !dialog || dialog.getAttribute("data-sb-todo") !== todoId) { return; }
+      if (html === null || render !== renders.drawer || !dialog || dialog.getAttribute("data-sb-todo") !== todoId) {
+        return;
+      }
       var tpl = document.createElement("template");
       tpl.innerHTML = html;
       tpl.content.querySelectorAll("template[data-sb-for]").forEach(function (part) {
@@ -272,6 +281,7 @@
     document.body.addEventListener("htmx:afterSwap", function (e) {
       var target = e.detail && e.detail.target;
       if (!target) { return; }
+      if (target === overlay || target.id === "sb-drawer-content") { renders.drawer++; }
       if (target === overlay) {
         openDrawer();
       } else if (target.id === "sb-drawer-content") {
