@@ -582,9 +582,11 @@ class TeamMachine(RuleBasedStateMachine):
     def hand_back_drill(self, team, n):
         """A worker holding a lease on the team queue loses the queue: its human is removed by an owner,
         or leaves, or a manager takes the grant back; the lease is handed back (`released`). The three
-        ways take turns, so a run that drills a few times meets each (a drawn way could miss one)."""
-        done = self.env.totals["hand-back drills"] + self.counts["hand-back drills"]  # over the whole run
-        how = ("remove", "leave", "ungrant")[done % 3]
+        ways take turns within an example, removal first, so every example that drills meets a removal
+        (a drawn way could miss it). The turn reads this example's own counts only: a rule that read
+        anything carried over from earlier examples would replay differently, and Hypothesis rejects
+        that as inconsistent data generation."""
+        how = ("remove", "leave", "ungrant")[self.counts["hand-back drills"] % 3]
         label = LABEL[team]
         owners = sorted(h for h, r in self.members[team].items() if r == "owner")
         workers = [e["i"] for e in self.eps if self.ep_reaches_label(e, label)
