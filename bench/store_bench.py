@@ -220,9 +220,12 @@ ATTEMPT_COLUMNS = ("seq, attempt, claimer_kind, claimant, claimed_at, last_heart
 
 
 def _sub(sql: str, old: str, new: str, what: str) -> str:
-    if old not in sql:
+    """`sql` with `old` replaced by `new`, whitespace runs in `old` matching any whitespace (the
+    statements' indentation changes when they are tightened to stay under psycopg's parse cache)."""
+    pattern = r"\s+".join(re.escape(word) for word in old.split())
+    if not old.split() or re.search(pattern, sql) is None:
         raise SystemExit(f"bench: {what}: the core's statement changed; update the bench")
-    return sql.replace(old, new)
+    return re.sub(pattern, lambda _: new, sql)
 
 
 _CLOSED_KEY = "   WHERE t.prior_state = 'claimed' AND a.todo_id = t.id AND a.seq = t.prior_total"
@@ -455,7 +458,8 @@ class Databases:
         self.server_uri = server_uri
         self.names: list[str] = []
 
-    async def create(self, label: str) -> str:
+    async def create(self, label: str, *, target: int | None = None) -> str:
+        """A fresh database with the migrations applied, up to `target` when given."""
         name = f"sb_bench_{label}_{uuid.uuid4().hex[:8]}"
         async with await psycopg.AsyncConnection.connect(self.server_uri, autocommit=True) as conn:
             await conn.execute(f'CREATE DATABASE "{name}"')
@@ -463,7 +467,7 @@ class Databases:
         uri = psycopg.conninfo.make_conninfo(self.server_uri, dbname=name)
         async with await psycopg.AsyncConnection.connect(uri, autocommit=True, row_factory=dict_row) as conn:
             await conn.execute("SET client_min_messages = warning")
-            await migrate.migrate(conn)
+            await migrate.migrate(conn, target=target)
         return uri
 
     async def drop_all(self) -> None:

@@ -166,6 +166,40 @@ async def _seed_minimal(conn, tid: str) -> None:
                           lease_expires_at) VALUES (%s, 1, 1, 'owner', 'o', now(), now())""", (tid,))
 
 
+async def test_the_hot_tables_single_column_rules_are_domains_and_still_refuse(scratch_db):
+    """Migration 0026 (D46): no CHECK of `todos` or `todo_attempts` reads a single column (PostgreSQL
+    recompiles every table CHECK on every write; a domain's is compiled once and checked only where the
+    column is set), the four that compare columns stay, and every rule still refuses what it did, with
+    the same SQLSTATE. Clients still read the base types."""
+    conn = await _connect(scratch_db)
+    try:
+        await migrate.migrate(conn, target=25)
+        tid = f"td_{uuid.uuid4()}"
+        await _seed_minimal(conn, tid)  # written before the rewrite: kept through it
+        await migrate.migrate(conn)
+        checks = await _rows(conn, """SELECT conrelid::regclass::text AS tab, conname, cardinality(conkey) AS cols
+                                        FROM pg_constraint WHERE contype = 'c'
+                                         AND conrelid IN ('todos'::regclass, 'todo_attempts'::regclass)""")
+        assert [c for c in checks if c["cols"] == 1] == []
+        assert {c["conname"] for c in checks} == {"todos_one_owner", "todos_team_queue", "attempt_open_or_closed",
+                                                   "attempt_died_reports_nothing"}
+        row = (await _rows(conn, "SELECT state, title, attempt, queue FROM todos WHERE id = %s", (tid,)))[0]
+        assert row == {"state": "pending", "title": "t", "attempt": 0, "queue": "inbox"}
+        for bad in ("state = 'exploded'", "title = ''", "title = repeat('x', 513)", "max_attempts = 0",
+                    "max_attempts = 101", "attempt = -1", "attempts_total = -1", "attempts_pruned = -1",
+                    "input_request = repeat('x', 2049)", "queue = ''", "queue = 'team:a/b'"):
+            with pytest.raises(psycopg.errors.CheckViolation):
+                await conn.execute(f"UPDATE todos SET {bad} WHERE id = %s", (tid,))
+        for bad in ("seq = 0", "attempt = -1", "claimer_kind = 'robot'", "lease_token_hash = '\\x00'::bytea",
+                    "outcome = 'exploded', ended_at = now(), disposition = 'done'",
+                    "outcome = 'completed', ended_at = now(), disposition = 'kept'", "notes = '{}'::jsonb"):
+            with pytest.raises(psycopg.errors.CheckViolation):
+                await conn.execute(f"UPDATE todo_attempts SET {bad} WHERE todo_id = %s", (tid,))
+        await conn.execute("UPDATE todos SET state = 'claimed', attempt = 1 WHERE id = %s", (tid,))  # good rows pass
+    finally:
+        await conn.close()
+
+
 async def test_a_failing_migration_names_its_file_and_applies_nothing(scratch_db):
     conn = await _connect(scratch_db)
     try:

@@ -13,14 +13,13 @@ from switchboard.core.states import GAUGE_STATES, TODO_STATES, AttemptOutcome, D
 
 
 def _check_values(uri: str, table: str, column: str) -> set[str]:
-    """The quoted values of the CHECK constraint on `table.column` (`col IN (...)` / `= ANY (ARRAY[...])`)."""
+    """The quoted values of the CHECK on `table.column` (`VALUE IN (...)` / `= ANY (ARRAY[...])`): the
+    constraint of the column's domain (migration 0026)."""
     with psycopg.connect(uri, autocommit=True) as conn:
         rows = conn.execute(
             """SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
-                 JOIN pg_class t ON t.oid = c.conrelid
-                WHERE c.contype = 'c' AND t.relname = %s
-                  AND c.conkey = ARRAY[(SELECT attnum FROM pg_attribute
-                                         WHERE attrelid = t.oid AND attname = %s)]::int2[]""",
+                 JOIN pg_attribute a ON a.atttypid = c.contypid
+                WHERE c.contype = 'c' AND a.attrelid = %s::regclass AND a.attname = %s""",
             (table, column)).fetchall()
     assert len(rows) == 1, rows
     return set(re.findall(r"'([^']+)'::text", rows[0][0]))
