@@ -205,7 +205,7 @@ async def test_the_hot_tables_single_column_rules_are_domains_and_still_refuse(s
 
 
 async def test_a_new_installation_does_not_analyse_its_empty_hot_tables(scratch_db):
-    """Statistics of an empty table make PostgreSQL plan the claims for one that stays empty (about 40 %
+    """Statistics of an empty table make PostgreSQL plan the claims for one that stays empty (40 to 50 %
     more PostgreSQL CPU per claim + complete in a fresh database, docs/benchmarks.md): migration 0026
     gathers them only where there are rows."""
     conn = await _connect(scratch_db)
