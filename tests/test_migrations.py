@@ -198,7 +198,8 @@ async def test_the_hot_tables_single_column_rules_are_domains_and_still_refuse(s
         await conn.execute("UPDATE todos SET state = 'claimed', attempt = 1 WHERE id = %s", (tid,))  # good rows pass
         # Retyping dropped the columns' statistics; with rows there, the migration gathered them again.
         stats = await _rows(conn, """SELECT tablename, attname FROM pg_stats
-                                      WHERE (tablename, attname) IN (('todos', 'state'), ('todo_attempts', 'outcome'))""")
+                                      WHERE (tablename, attname) IN (('todos', 'state'),
+                                                                     ('todo_attempts', 'outcome'))""")
         assert len(stats) == 2, stats
     finally:
         await conn.close()

@@ -41,6 +41,7 @@ from hypothesis.stateful import (
 )
 
 from conftest import clean_database, core_for, create_database
+from exploration import explore_until_covered
 from switchboard.core import admission, endpoints, humans, invariants, producer, sweeps, teams, todos
 from switchboard.core.errors import CoreError
 
@@ -55,6 +56,11 @@ ROLES = ("owner", "admin", "member")
 HELD = ("claimed", "input-required")
 # SWITCHBOARD_NO_SHRINK=1 reports a failure as found, without minutes of shrinking (when iterating).
 PHASES = [p for p in Phase if not (os.environ.get("SWITCHBOARD_NO_SHRINK") and p is Phase.shrink)]
+# What every run of the team machine must reach (test_team_state_machine explores again while one is
+# missing: tests/exploration.py).
+COVERED = ("ok:claim_next", "ok:claim", "refused:not_found", "refused:forbidden", "refused:deferred",
+           "ok:remove_member", "ok:grant", "ok:revoke", "handed back released", "handed back revoked",
+           "deferred:in_flight_full", "deferred:window_exhausted", "deferred:paused")
 
 EP = st.integers(0, MAX_ENDPOINTS - 1)
 HUMAN = st.integers(0, HUMANS - 1)
@@ -950,18 +956,20 @@ def test_team_state_machine(pg_server):
     cm = core_for(uri)
     env.core = loop.run_until_complete(cm.__aenter__())
     TeamMachine.env = env
+
+    def missing() -> list[str]:
+        """What the run is about and has not reached yet: claims in and out of reach, hand-backs,
+        deferrals, roles."""
+        totals = env.totals
+        gaps = [] if totals["ok"] > 200 and totals["refused"] > 100 else ["ok > 200 and refused > 100"]
+        return gaps + [key for key in COVERED if totals[key] == 0]
+
     try:
-        run_state_machine_as_test(TeamMachine, settings=settings(
+        gaps = explore_until_covered(lambda: run_state_machine_as_test(TeamMachine, settings=settings(
             max_examples=40, stateful_step_count=60, deadline=None, phases=PHASES,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])), missing)
     finally:
         loop.run_until_complete(cm.__aexit__(None, None, None))
         loop.close()
-    totals = env.totals
-    print("team state machine totals:", dict(sorted(totals.items())))
-    # The run reached what it is about: claims in and out of reach, hand-backs, deferrals, roles.
-    assert totals["ok"] > 200 and totals["refused"] > 100
-    for key in ("ok:claim_next", "ok:claim", "refused:not_found", "refused:forbidden", "refused:deferred",
-                "ok:remove_member", "ok:grant", "ok:revoke", "handed back released", "handed back revoked",
-                "deferred:in_flight_full", "deferred:window_exhausted", "deferred:paused"):
-        assert totals[key] > 0, key
+    print("team state machine totals:", dict(sorted(env.totals.items())))
+    assert gaps == []
