@@ -4,6 +4,8 @@ built stops the app naming it."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from conftest import make_settings
@@ -37,7 +39,13 @@ async def test_open_runtime_refuses_a_runtime_built_with_other_settings(pg_uri):
 def test_the_surfaces_share_the_runtime_listener_and_get_their_collaborators(live_server):
     srv = live_server(a2ui=True)
     runtime, surfaces = srv.app.state.ctx, srv.app.state.surfaces
-    assert runtime.is_open and runtime.listener.connected.is_set()
+    assert runtime.is_open
+    # The LISTEN connection comes up in the background: the app serves before it has (a loaded
+    # machine once asserted it in the same instant and found it not yet connected).
+    deadline = time.monotonic() + 10
+    while not runtime.listener.connected.is_set() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert runtime.listener.connected.is_set()
     assert surfaces.hooks.listener is runtime.listener and surfaces.doorbell.listener is runtime.listener
     assert surfaces.hooks.on_wakeups in runtime.listener.on_batch
     assert surfaces.doorbell.on_wakeups in runtime.listener.on_batch
