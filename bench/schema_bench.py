@@ -33,44 +33,32 @@ KINDS = ("core", "bare", "heartbeat")
 
 
 class Side:
-    """One database: its tenant, the core's claim parameters, and a connection per kind of cycle."""
+    """One database: its tenant and a connection per kind of cycle."""
 
     def __init__(self, tenant: sb.Tenant) -> None:
         self.tenant = tenant
-        caller = tenant.caller
-        self.claim_params = {**todos._claim_params(tenant.core, caller, sb.LEASE_TTL, None, None)[0],
-                             "queue": sb.QUEUE}
-        self.scope = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [sb.QUEUE],
-                      "owner": caller.owner, "token_hash": None, "summary": None, "summary_truncated": False,
-                      "artifact": None, "result": None}
+        self.raw = sb.RawCycle(tenant)
         self.conns: dict[str, tuple[psycopg.AsyncConnection, int]] = {}
         self.held: str | None = None  # the todo the heartbeat connection keeps extending
 
     async def connect(self) -> None:
         for kind in KINDS:
             conn = await psycopg.AsyncConnection.connect(self.tenant.uri, autocommit=True)
-            pid = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
-            self.conns[kind] = (conn, pid)
+            self.conns[kind] = (conn, conn.info.backend_pid)
 
     async def cycle(self, kind: str) -> None:
         conn = self.conns[kind][0]
-        ep, owner = self.tenant.caller.endpoint_id, self.tenant.caller.owner
-        if kind == "heartbeat":
-            if self.held is None:
-                got = await todos.claim_next(self.tenant.core, self.tenant.caller, lease_ttl_seconds=sb.LEASE_TTL)
-                assert got is not None
-                self.held = got.todo["id"]
-            cur = await conn.execute(Q.todos.heartbeat, {**self.scope, "id": self.held, "ttl": sb.LEASE_TTL,
-                                                         "note": None, "notes_max": inputs.NOTES_MAX_PER_ATTEMPT})
-        elif kind == "bare":
-            cur = await conn.execute(sb.BARE_CLAIM, (ep, sb.QUEUE, owner, sb.LEASE_TTL, ep, owner))
-            row = await cur.fetchone()
-            cur = await conn.execute(sb.BARE_COMPLETE, row)
-        else:
-            cur = await conn.execute(Q.todos.claim_next_one, self.claim_params)
-            cur = await conn.execute(Q.todos.complete, {**self.scope, "id": (await cur.fetchone())[0]})
+        if kind != "heartbeat":
+            await self.raw(conn, None if kind == "bare" else (Q.todos.claim_next_one, Q.todos.complete))
+            return
+        if self.held is None:
+            got = await todos.claim_next(self.tenant.core, self.tenant.caller, lease_ttl_seconds=sb.LEASE_TTL)
+            assert got is not None
+            self.held = got.todo["id"]
+        cur = await conn.execute(Q.todos.heartbeat, {**self.raw.scope, "id": self.held, "ttl": sb.LEASE_TTL,
+                                                     "note": None, "notes_max": inputs.NOTES_MAX_PER_ATTEMPT})
         if await cur.fetchone() is None:
-            raise SystemExit(f"bench: a {kind} cycle's last statement matched nothing")
+            raise SystemExit("bench: a heartbeat matched nothing")
 
     async def close(self) -> None:
         for conn, _ in self.conns.values():

@@ -858,13 +858,38 @@ def _backend_cpu_us(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e3
 
 
+class RawCycle:
+    """One claim + complete by raw psycopg, no Python path: a pair of statements (the core's, another
+    tree's, a lever's) with the parameters the core sends for a claim on QUEUE and its complete, or the
+    bare statements when the pair is None. `scope` is the endpoint caller's half of the parameters of
+    every holder statement."""
+
+    def __init__(self, tenant: Tenant) -> None:
+        caller = tenant.caller
+        self.ep, self.owner = caller.endpoint_id, caller.owner
+        self.claim_params = {**todos._claim_params(tenant.core, caller, LEASE_TTL, None, None)[0], "queue": QUEUE}
+        self.scope = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE],
+                      "owner": caller.owner, "token_hash": None, "summary": None, "summary_truncated": False,
+                      "artifact": None, "result": None}
+
+    async def __call__(self, conn: psycopg.AsyncConnection, pair: tuple[str, str] | None) -> None:
+        if pair is None:
+            cur = await conn.execute(BARE_CLAIM, (self.ep, QUEUE, self.owner, LEASE_TTL, self.ep, self.owner))
+            row = await cur.fetchone()
+            cur = await conn.execute(BARE_COMPLETE, row)
+        else:
+            cur = await conn.execute(pair[0], self.claim_params)
+            cur = await conn.execute(pair[1], {**self.scope, "id": (await cur.fetchone())[0]})
+        if await cur.fetchone() is None:
+            raise SystemExit("bench: a raw claim + complete matched nothing")
+
+
 async def pg_cycles(tenant: Tenant, levers: tuple[str, ...], compare: list[str] | None, rounds: int, per_round: int,
                     log) -> str:
     """--pg-cycles: PostgreSQL's CPU per claim_next_one + complete for the core's statements, each
     --compare tree's, each --levers variant's and the bare loop's, one connection (backend) each, the
     variants interleaved cycle by cycle (the order reversed every cycle and rotated every round), so
     that a shared machine's load falls on all of them alike; raw psycopg, no Python path."""
-    caller = tenant.caller
     variants: dict[str, tuple[str, str] | None] = {"core": (Q.todos.claim_next_one, Q.todos.complete)}
     for where in compare or ():
         other = tree_statements(where)
@@ -873,21 +898,7 @@ async def pg_cycles(tenant: Tenant, levers: tuple[str, ...], compare: list[str] 
         got = lever_statements(lever)
         variants[f"lever-{lever}"] = (got["claim_next_one"], got["complete"])
     variants["bare"] = None
-    claim_params = {**todos._claim_params(tenant.core, caller, LEASE_TTL, None, None)[0], "queue": QUEUE}
-    scope = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "owner": caller.owner,
-             "token_hash": None, "summary": None, "summary_truncated": False, "artifact": None, "result": None}
-    ep, owner = caller.endpoint_id, caller.owner
-
-    async def cycle(conn: psycopg.AsyncConnection, pair: tuple[str, str] | None) -> None:
-        if pair is None:
-            cur = await conn.execute(BARE_CLAIM, (ep, QUEUE, owner, LEASE_TTL, ep, owner))
-            row = await cur.fetchone()
-            cur = await conn.execute(BARE_COMPLETE, row)
-        else:
-            cur = await conn.execute(pair[0], claim_params)
-            cur = await conn.execute(pair[1], {**scope, "id": (await cur.fetchone())[0]})
-        if await cur.fetchone() is None:
-            raise SystemExit("bench: --pg-cycles: a complete matched nothing")
+    cycle = RawCycle(tenant)
 
     names = list(variants)
     await tenant.load(len(names) * (rounds * per_round + 20) - tenant.pending + 100)
@@ -895,7 +906,7 @@ async def pg_cycles(tenant: Tenant, levers: tuple[str, ...], compare: list[str] 
     try:
         for name in names:
             conns[name] = await psycopg.AsyncConnection.connect(tenant.uri, autocommit=True)
-            pids[name] = (await (await conns[name].execute("SELECT pg_backend_pid()")).fetchone())[0]
+            pids[name] = conns[name].info.backend_pid
             for _ in range(20):  # prepared after five, then the plan PostgreSQL keeps
                 await cycle(conns[name], variants[name])
         us: dict[str, list[float]] = {name: [] for name in names}

@@ -177,7 +177,7 @@ async def test_the_hot_tables_single_column_rules_are_domains_and_still_refuse(s
         tid = f"td_{uuid.uuid4()}"
         await _seed_minimal(conn, tid)  # written before the rewrite: kept through it
         await migrate.migrate(conn)
-        checks = await _rows(conn, """SELECT conrelid::regclass::text AS tab, conname, cardinality(conkey) AS cols
+        checks = await _rows(conn, """SELECT conname, cardinality(conkey) AS cols
                                         FROM pg_constraint WHERE contype = 'c'
                                          AND conrelid IN ('todos'::regclass, 'todo_attempts'::regclass)""")
         assert [c for c in checks if c["cols"] == 1] == []
