@@ -10,7 +10,13 @@ from .oban_peer import Oban
 from .pgqueuer_peer import PgQueuer
 from .procrastinate_peer import Procrastinate
 from .raw import RawBatch, RawPerJob
-from .switchboard import SwitchboardCore, SwitchboardCoreBatch, SwitchboardMcp, SwitchboardMcpBatch
+from .switchboard import (
+    SwitchboardCore,
+    SwitchboardCoreAlone,
+    SwitchboardCoreBatch,
+    SwitchboardMcp,
+    SwitchboardMcpBatch,
+)
 
 # key -> a factory (each measurement gets a fresh instance)
 SYSTEMS: dict[str, Callable[[], System]] = {}
@@ -31,6 +37,7 @@ for _make in (
     Oban,
     Procrastinate,
     SwitchboardCore,
+    SwitchboardCoreAlone,
     lambda: SwitchboardCoreBatch(100),
     SwitchboardMcp,
     lambda: SwitchboardMcpBatch(100),

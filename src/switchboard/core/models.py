@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from .combine import Combiner
+
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
     from psycopg.rows import DictRow
@@ -14,6 +16,12 @@ if TYPE_CHECKING:
     from ..config import Settings
     from .admission import PolicedEndpoints
     from .events import HookBus
+    from .todos import ClaimResult
+
+    # A claim_next call waiting to run with others (its parameters and lease token) and what it gets
+    # (its todo with the row it came from, or None); a close and the row it closed (core/todos.py).
+    ClaimCombiner = Combiner[tuple[dict[str, Any], str | None], tuple[ClaimResult, dict[str, Any]] | None]
+    CloseCombiner = Combiner[dict[str, Any], dict[str, Any]]
 
 # The drain family of verbs an endpoint may be granted (SPEC-0034 REQ-8, REQ-9).
 VERBS = ("list_todos", "get_todo", "claim", "claim_next", "heartbeat", "complete", "fail", "release",
@@ -81,14 +89,27 @@ def _new_policed() -> PolicedEndpoints:
     return PolicedEndpoints()
 
 
+GROUP_MAX = 100  # calls run together in one statement at most (inputs.BATCH_CLAIM_MAX, BATCH_CLOSE_MAX)
+
+
+def _new_combiner() -> Combiner[Any, Any]:
+    return Combiner(GROUP_MAX)
+
+
 @dataclass
 class Core:
-    """What every core function works with: the pool, the settings and the hook bus."""
+    """What every core function works with: the pool, the settings and the hook bus; and what this
+    process remembers for routing only: the endpoints admission control polices, and the claims and
+    closes that run now, which concurrent ones of the same caller join (core/combine.py; `combine`
+    False runs every call alone)."""
 
     pool: AsyncConnectionPool[AsyncConnection[DictRow]]
     settings: Settings
     bus: HookBus = field(default_factory=_new_bus)
     policed: PolicedEndpoints = field(default_factory=_new_policed)
+    combine: bool = True
+    claims: ClaimCombiner = field(default_factory=_new_combiner)
+    closes: CloseCombiner = field(default_factory=_new_combiner)
 
 
 def scope_params(caller: Caller) -> dict[str, Any]:

@@ -7,6 +7,7 @@ statement returns, that is after commit.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +76,13 @@ async def _one(core: Core, sql: str, params: dict[str, Any]) -> dict[str, Any] |
 async def _miss(core: Core, caller: Caller, todo_id: str, op: str, *, queue_forbidden: bool = True) -> CoreError:
     """Classify a transition that matched no row (REQ-19)."""
     row = await _one(core, Q.todos.classify_miss, {"id": todo_id, **scope_params(caller)})
+    return _missed(caller, op, todo_id, row, queue_forbidden=queue_forbidden)
+
+
+def _missed(caller: Caller, op: str, todo_id: str, row: dict[str, Any] | None, *,
+            queue_forbidden: bool = True) -> CoreError:
+    """The error of a transition that matched no row, from the todo's classify_miss row (None: not in
+    this caller's reach)."""
     if row is None:
         return NotFound(op=op, todo_id=todo_id)
     if isinstance(caller, EndpointCaller) and not row["queue_granted"]:
@@ -399,11 +407,14 @@ async def take_next(core: Core, caller: EndpointCaller, *, queue: str | None = N
     params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
     fenced = token is not None
     if caller.endpoint_id not in core.policed:
-        conn = await core.pool.getconn()
-        try:
-            pairs = await _claim_some(conn, queues, params, n, fenced, token)
-        finally:
-            await core.pool.putconn(conn)
+        if n is None and core.combine:
+            pairs = await _claim_with_others(core, caller, queues, params, fenced, token)
+        else:
+            conn = await core.pool.getconn()
+            try:
+                pairs = await _claim_some(conn, queues, params, n, fenced, token)
+            finally:
+                await core.pool.putconn(conn)
         if pairs:
             return await _claimed(core, pairs, None)
         policed = await admission.any_policy(core, caller.endpoint_id, queues)
@@ -411,6 +422,32 @@ async def take_next(core: Core, caller: EndpointCaller, *, queue: str | None = N
         if not policed:
             return [], []
     return await _take_policed(core, caller, queues, params, n, fenced, token)
+
+
+async def _claim_with_others(core: Core, caller: EndpointCaller, queues: list[str], params: dict[str, Any],
+                             fenced: bool, token: str | None) -> Claimed:
+    """One todo for claim_next on unpoliced queues, claimed alone or with the concurrent claim_next
+    calls of the same caller, queues, lease and claimant (core/combine.py): the group is one batch
+    statement, as claim_next_batch of its size, each call getting one of its todos (its own lease,
+    attempt, prior attempts and lease token) or none when the queues ran dry."""
+    key = (caller, tuple(queues), params["ttl"], params["claimant"], fenced)
+    got = await core.claims.submit(key, (params, token), functools.partial(_claim_group, core, queues, fenced))
+    return [got] if got is not None else []
+
+
+async def _claim_group(core: Core, queues: list[str], fenced: bool,
+                       items: list[tuple[dict[str, Any], str | None]]) -> list[Any]:
+    """Run one group of _claim_with_others: a call alone is the single claim statement."""
+    params, token = items[0]
+    conn = await core.pool.getconn()
+    try:
+        if len(items) == 1:
+            pairs = await _claim_some(conn, queues, params, None, fenced, token)
+        else:
+            pairs = await _claim_some(conn, queues, params, len(items), fenced, None)
+    finally:
+        await core.pool.putconn(conn)
+    return [*pairs, *[None] * (len(items) - len(pairs))]
 
 
 async def _take_policed(core: Core, caller: EndpointCaller, queues: list[str], params: dict[str, Any],
@@ -563,12 +600,46 @@ async def heartbeat(core: Core, caller: Caller, todo_id: str, *, lease_ttl_secon
 
 
 async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any], *,
-                 ready: str | None = None) -> dict[str, Any]:
-    row = await _one(core, sql, params)
-    if row is None:
-        raise await _miss(core, caller, params["id"], op)
+                 ready: str | None = None, batch_sql: str | None = None) -> dict[str, Any]:
+    """One lease transition by the holder. With `batch_sql` (complete, fail) it runs alone or with the
+    concurrent ones of the same op and caller scope (core/combine.py) as one `batch_sql` statement,
+    which does for each todo what `sql` does for one."""
+    if batch_sql is not None and core.combine:
+        key = (op, caller.with_session(None) if isinstance(caller, EndpointCaller) else caller)
+        row = await core.closes.submit(key, params, functools.partial(_close_group, core, caller, op, sql, batch_sql))
+    else:
+        alone = await _one(core, sql, params)
+        if alone is None:
+            raise await _miss(core, caller, params["id"], op)
+        row = alone
     await core.bus.publish(events.build(op, row, row.get("closed_attempt"), ready=ready))
     return row
+
+
+async def _close_group(core: Core, caller: Caller, op: str, sql: str, batch_sql: str,
+                       items: list[dict[str, Any]]) -> list[Any]:
+    """Run one group of _close: a call alone is `sql`; several are one `batch_sql` statement over
+    their first occurrences of each id, and a repeated id then runs alone. Each call gets its row or
+    the error its call alone would have raised."""
+    if len(items) == 1:
+        row = await _one(core, sql, items[0])
+        return [row if row is not None else await _miss(core, caller, items[0]["id"], op)]
+    first: dict[str, dict[str, Any]] = {}
+    for item in items:
+        first.setdefault(item["id"], item)
+    unique = list(first.values())
+    params = _close_arrays(caller, unique, with_retry=op == "fail")
+    if op == "fail":
+        params.update(backoff_base=unique[0]["backoff_base"], backoff_max=unique[0]["backoff_max"])
+    rows, errors = await _close_many(core, caller, op, batch_sql, params)
+    out: list[Any] = []
+    for item in items:
+        if first[item["id"]] is item:
+            out.append(rows.get(item["id"]) or errors[item["id"]])
+        else:
+            row = await _one(core, sql, item)
+            out.append(row if row is not None else await _miss(core, caller, item["id"], op))
+    return out
 
 
 async def complete(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = None,
@@ -577,7 +648,8 @@ async def complete(core: Core, caller: Caller, todo_id: str, *, result: JsonValu
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
               **_report(core, summary, artifact, result)}
-    return shapes.compact(await _close(core, caller, "complete", Q.todos.complete, params))
+    return shapes.compact(await _close(core, caller, "complete", Q.todos.complete, params,
+                                       batch_sql=Q.todos.complete_batch))
 
 
 async def fail(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = None,
@@ -590,7 +662,7 @@ async def fail(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = 
               **_report(core, summary, artifact, result), "retry": retry,
               "backoff_base": core.settings.retry_backoff_base_seconds,
               "backoff_max": core.settings.retry_backoff_max_seconds}
-    return shapes.compact(await _close(core, caller, "fail", Q.todos.fail, params))
+    return shapes.compact(await _close(core, caller, "fail", Q.todos.fail, params, batch_sql=Q.todos.fail_batch))
 
 
 # ------------------------------------------------------------------------------- batched closes
@@ -604,13 +676,12 @@ def _batch_params(core: Core, caller: Caller, items: object, allowed: frozenset[
     """Check every item before any store call: a bad item refuses the whole call (`invalid` naming
     `items`), so nothing changes."""
     checked = inputs.batch_items(items, allowed)
-    ids: list[str] = []
-    hashes, summaries, cuts, artifacts, results, retries = [], [], [], [], [], []
+    each: list[dict[str, Any]] = []
     seen: set[str] = set()
     for n, item in enumerate(checked):
         try:
             todo_id = _todo_id(item.get("id"))
-            token = _fence_params(caller, item.get("lease_token"))["token_hash"]
+            token = _fence_params(caller, item.get("lease_token"))
             report = _report(core, item.get("summary"), item.get("artifact"), item.get("result"))
             retry = inputs.boolean(item.get("retry"), "retry", retry_default) if retry_default is not None else None
         except Invalid as exc:
@@ -618,24 +689,30 @@ def _batch_params(core: Core, caller: Caller, items: object, allowed: frozenset[
         if todo_id in seen:
             raise Invalid(f"items[{n}]: id repeats an earlier item", argument="items")
         seen.add(todo_id)
-        ids.append(todo_id)
-        hashes.append(token)
-        summaries.append(report["summary"])
-        cuts.append(report["summary_truncated"])
-        artifacts.append(report["artifact"])
-        results.append(report["result"] if report["result"] is not None else Jsonb(None))
-        retries.append(retry)
-    return {**scope_params(caller), "ids": ids, "token_hashes": hashes, "summaries": summaries,
-            "summaries_truncated": cuts, "artifacts": artifacts, "results": results,
-            "retries": retries if retry_default is not None else None}
+        each.append({"id": todo_id, **token, **report, "retry": retry})
+    return _close_arrays(caller, each, with_retry=retry_default is not None)
 
 
-async def _close_batch(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+def _close_arrays(caller: Caller, each: list[dict[str, Any]], *, with_retry: bool) -> dict[str, Any]:
+    """The parameters of complete_batch / fail_batch from the parameters of each todo's single close
+    (id, token_hash, the report of _report and, for fail, retry); ids distinct."""
+    return {**scope_params(caller), "ids": [p["id"] for p in each],
+            "token_hashes": [p["token_hash"] for p in each],
+            "summaries": [p["summary"] for p in each],
+            "summaries_truncated": [p["summary_truncated"] for p in each],
+            "artifacts": [p["artifact"] for p in each],
+            "results": [p["result"] if p["result"] is not None else Jsonb(None) for p in each],
+            "retries": [p["retry"] for p in each] if with_retry else None}
+
+
+async def _close_many(core: Core, caller: Caller, op: str, sql: str,
+                      params: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, CoreError]]:
+    """Run a batched close: the rows of the todos it closed, by id, and the error of each id it did not
+    (classified as _miss classifies one)."""
     conn = await core.pool.getconn()
     try:
         cur = await conn.execute(sql, params)
-        rows = await cur.fetchall()
-        by_id = {r["id"]: r for r in rows}
+        by_id = {r["id"]: r for r in await cur.fetchall()}
         missed = [i for i in params["ids"] if i not in by_id]
         seen = {}
         if missed:
@@ -643,24 +720,16 @@ async def _close_batch(core: Core, caller: Caller, op: str, sql: str, params: di
             seen = {r["id"]: r for r in await cur.fetchall()}
     finally:
         await core.pool.putconn(conn)
-    if rows:  # in the items' order
+    return by_id, {i: _missed(caller, op, i, seen.get(i)) for i in missed}
+
+
+async def _close_batch(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    by_id, errors = await _close_many(core, caller, op, sql, params)
+    if by_id:  # in the items' order
         await core.bus.publish(*(events.build(op, by_id[i], by_id[i].get("closed_attempt"))
                                  for i in params["ids"] if i in by_id))
-    out = []
-    for todo_id in params["ids"]:
-        row = by_id.get(todo_id)
-        if row is not None:
-            out.append({"id": todo_id, "ok": True, "todo": shapes.compact(row)})
-            continue
-        miss = seen.get(todo_id)
-        if miss is None:
-            err: CoreError = NotFound(op=op, todo_id=todo_id)
-        elif isinstance(caller, EndpointCaller) and not miss["queue_granted"]:
-            err = Forbidden("todo's queue not in this endpoint's scope", op=op, todo_id=todo_id)
-        else:
-            err = Conflict(op=op, todo_id=todo_id)
-        out.append({"id": todo_id, "ok": False, "error": err.to_dict()})
-    return out
+    return [{"id": i, "ok": True, "todo": shapes.compact(by_id[i])} if i in by_id
+            else {"id": i, "ok": False, "error": errors[i].to_dict()} for i in params["ids"]]
 
 
 async def complete_batch(core: Core, caller: Caller, items: list[dict[str, Any]]) -> list[dict[str, Any]]:

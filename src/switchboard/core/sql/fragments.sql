@@ -316,15 +316,15 @@ SELECT c.*,
 -- batches naming the same todos cannot deadlock), each beside its own item: the presented token's
 -- hash, the report, the result (JSON null for none) and, for fail, whether to retry.
 WITH i AS (
-    SELECT * FROM unnest(%(ids)s::text[], %(token_hashes)s::bytea[], %(summaries)s::text[],
-                         %(summaries_truncated)s::boolean[], %(artifacts)s::text[], %(results)s::jsonb[],
-                         %(retries)s::boolean[])
+    SELECT * FROM unnest((SELECT %(ids)s::text[]), (SELECT %(token_hashes)s::bytea[]), (SELECT %(summaries)s::text[]),
+                         (SELECT %(summaries_truncated)s::boolean[]), (SELECT %(artifacts)s::text[]), (SELECT %(results)s::jsonb[]),
+                         (SELECT %(retries)s::boolean[]))
            AS i(id, token_hash, summary, summary_truncated, artifact, result, retry)
 ), t AS (
     SELECT todos.id, todos.attempts_total, todos.attempt, todos.max_attempts, i.token_hash, i.summary,
            i.summary_truncated, i.artifact, nullif(i.result, 'null'::jsonb) AS result, i.retry
       FROM todos JOIN i ON i.id = todos.id
-     WHERE todos.id = ANY(%(ids)s::text[]) AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
+     WHERE todos.id = ANY((SELECT %(ids)s::text[])::text[]) AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
      ORDER BY todos.id
        FOR UPDATE OF todos
 )

@@ -280,7 +280,7 @@ SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
        SET ended_at = now(), outcome = 'completed', disposition = 'done',
            summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
       FROM t
-     WHERE a.todo_id = ANY(%(ids)s::text[]) AND a.todo_id = t.id AND a.seq = t.attempts_total
+     WHERE a.todo_id = ANY((SELECT %(ids)s::text[])::text[]) AND a.todo_id = t.id AND a.seq = t.attempts_total
        AND a.ended_at IS NULL AND {{fence_each}}
     RETURNING a.*, t.result AS item_result
 )
@@ -300,7 +300,7 @@ RETURNING x.*, to_jsonb(a) - 'item_result' AS closed_attempt
                               THEN 'retry_scheduled' ELSE 'dead_lettered' END,
            summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
       FROM t
-     WHERE a.todo_id = ANY(%(ids)s::text[]) AND a.todo_id = t.id AND a.seq = t.attempts_total
+     WHERE a.todo_id = ANY((SELECT %(ids)s::text[])::text[]) AND a.todo_id = t.id AND a.seq = t.attempts_total
        AND a.ended_at IS NULL AND {{fence_each}}
     RETURNING a.*, t.result AS item_result
 )
