@@ -319,3 +319,18 @@ async def test_a_fleet_of_one_endpoint_drains_a_queue_with_every_attempt_closed_
     assert rows[0]["stmts"] < n / 2  # shared statements
     assert len(core.claims) == len(core.closes) == 0
     assert await check(core) == []
+
+
+async def test_the_setting_turns_combining_off(pg_uri):
+    from conftest import clean_database, core_for
+
+    clean_database(pg_uri)
+    async with core_for(pg_uri) as on:
+        assert on.combine is True
+    async with core_for(pg_uri, combine_calls=False) as off:
+        assert off.combine is False
+        w = await make_world(off)
+        for i in range(3):
+            await w.todo(f"t{i}")
+        got = await asyncio.gather(*(todos.claim_next(off, w.e1) for _ in range(3)))
+        assert len(await _claimed_at(off, [g.todo["id"] for g in got])) == 3

@@ -48,6 +48,7 @@ class Settings(BaseSettings):
     retry_backoff_max_seconds: float = Field(900.0, ge=0, le=7 * 86400)
     default_max_attempts: int = Field(5, ge=1, le=100)
     attempt_summary_from_result: bool = False
+    combine_calls: bool = True  # concurrent claim_next / complete / fail of one caller share a statement
 
     metrics_token: str | None = None
     dev_login: bool = False
