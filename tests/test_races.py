@@ -236,3 +236,53 @@ async def test_race_two_batch_claimers_and_a_single_claimer_on_one_queue(rcore):
         assert await check(core) == []
     print("batch race claims:", dict(took))  # SKIP LOCKED may leave a claimer short; `late` takes the rest
     assert took["a"] and took["b"] and took["c"]
+
+
+async def test_race_combined_claimers_a_batch_claimer_and_the_reaper_on_one_queue(rcore):
+    """Combined calls (D47): six concurrent claim_next calls of one caller (shared statements), a
+    claim_next_batch of another session and the reaper on one queue, then six concurrent completes
+    racing the next claims. No todo is claimed twice, every claim opens exactly one attempt, every
+    attempt is closed exactly once. Odd rounds add lapsed leases, below their cap (takeovers) and at it
+    (the reaper's)."""
+    core = rcore
+    w = await make_world(core)
+    fleet, batch = w.e1.with_session("fleet"), w.e1.with_session("batch")
+    took = collections.Counter()
+    for i in range(ROUNDS):
+        fresh = [(await w.todo(f"c{i}-{k}", max_attempts=5))["id"] for k in range(6)]
+        lapsed: list[str] = []
+        if i % 2:
+            lapsed = [(await w.todo(f"l{i}-{k}", max_attempts=1 + k % 2))["id"] for k in range(2)]
+            for t in lapsed:
+                await todos.claim(core, w.e1.with_session("gone"), t)
+            await sql(core, "UPDATE todos SET lease_expires_at = now() - interval '1 minute' WHERE id = ANY(%s)",
+                      (lapsed,))
+        *singles, got_b, _ = await asyncio.gather(*(todos.claim_next(core, fleet) for _ in range(6)),
+                                                  todos.claim_next_batch(core, batch, max_todos=3),
+                                                  sweeps.sweep_once(core))
+        got = [g for g in singles if g is not None]
+        claimed = [g.todo["id"] for g in got + got_b]
+        assert len(claimed) == len(set(claimed)), claimed  # no double claim
+        took.update({"fleet": len(got), "batch": len(got_b)})
+        rows = await sql(core, "SELECT todo_id, count(*) FILTER (WHERE ended_at IS NULL) AS open"
+                               " FROM todo_attempts WHERE todo_id = ANY(%s) GROUP BY todo_id", (claimed,))
+        assert all(r["open"] == 1 for r in rows) and len(rows) == len(claimed), rows
+        results = await asyncio.gather(*(todos.complete(core, fleet, g.todo["id"]) for g in got),
+                                       todos.claim_next_batch(core, batch, max_todos=100))
+        assert all(r["state"] == "done" for r in results[:-1])
+        late = results[-1]
+        assert not {g.todo["id"] for g in late} & set(claimed)
+        rest = got_b + late
+        if rest:
+            out = await todos.complete_batch(core, batch, [{"id": g.todo["id"]} for g in rest])
+            assert all(o["ok"] for o in out), out
+        while (left := await todos.claim_next(core, fleet)) is not None:  # what the reaper requeued
+            await todos.complete(core, fleet, left.todo["id"])
+        rows = await sql(core, "SELECT todo_id, ended_at, outcome FROM todo_attempts WHERE todo_id = ANY(%s)",
+                         (fresh + lapsed,))
+        assert all(r["ended_at"] is not None and r["outcome"] for r in rows), rows  # every attempt closed
+        states = await sql(core, "SELECT id, state FROM todos WHERE id = ANY(%s)", (fresh + lapsed,))
+        assert {s["state"] for s in states} <= {"done", "failed"}, states
+        assert await check(core) == []
+    print("combined race claims:", dict(took))
+    assert took["fleet"] and took["batch"]
