@@ -72,10 +72,13 @@ SELECT g.team_id, g.queue AS name FROM team_grants g
 -- queue is never claimed by the statements that skip the policy lock. The flag sits inside the
 -- subquery, not in an OR around it: `true OR ...` folds away when a plan is made for the values, so
 -- PostgreSQL priced every such plan below the generic one and planned the admitted claim afresh on
--- each call (3 ms of planning for 0.9 ms of execution, docs/benchmarks.md).
+-- each call (3 ms of planning for 0.9 ms of execution, docs/benchmarks.md). It reaches the planner
+-- through an InitPlan, as `batch_limit` does, for the same reason: with `false` in sight the planner
+-- expects the anti-join to drop nearly every candidate, prices the batch claims' custom plans far
+-- below the generic one and, once the tables have statistics, plans each batch claim afresh (D47).
 (NOT EXISTS (
     SELECT 1 FROM admission_policies p
-     WHERE NOT %(admitted)s::boolean
+     WHERE NOT (SELECT %(admitted)s::boolean)
        AND p.queue = q.name AND (p.endpoint_id = %(endpoint_id)s::uuid OR p.team_id IS NOT NULL)))
 
 -- name: unpoliced_todo
@@ -208,27 +211,36 @@ FROM claimed c
 -- `closed`) would otherwise never read it, so a revoked endpoint would find nothing, not be refused.
 WHERE (SELECT count(*) FROM t) >= 0
 
+-- name: batch_limit
+-- A batch claim's size, %(max_todos)s, as the planner sees it: through an InitPlan, so that a plan made
+-- for the call's values estimates the LIMIT as the cached generic plan does (a tenth of the rows). With
+-- the value in sight a custom plan of LIMIT 4 always looks far cheaper than the generic plan, so once
+-- the tables had statistics PostgreSQL planned every batch claim afresh, about 0.5 to 0.9 ms of its CPU
+-- per statement (bench/group_bench.py --analyze; docs/decisions.md D47). Either way the arms are the
+-- same ordered index scans, stopped after the LIMIT's rows.
+(SELECT %(max_todos)s::int)
+
 -- name: claim_batch_arms
 -- claim_next_arms with up to %(max_todos)s rows per arm, for a batched claim_next.
 SELECT p.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
        AND (assignee IS NULL OR assignee = %(owner)s)
-     ORDER BY created_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) p
+     ORDER BY created_at LIMIT {{batch_limit}} FOR UPDATE SKIP LOCKED) p
 UNION ALL
 SELECT l.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'claimed'
        AND lease_expires_at < now() AND attempt < max_attempts
        AND (assignee IS NULL OR assignee = %(owner)s)
-     ORDER BY lease_expires_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) l
+     ORDER BY lease_expires_at LIMIT {{batch_limit}} FOR UPDATE SKIP LOCKED) l
 UNION ALL
 SELECT r.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'failed'
        AND next_retry_at <= now() AND attempt < max_attempts
        AND (assignee IS NULL OR assignee = %(owner)s)
-     ORDER BY next_retry_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) r
+     ORDER BY next_retry_at LIMIT {{batch_limit}} FOR UPDATE SKIP LOCKED) r
 
 -- name: claim_team_batch_arms
 -- claim_team_arms with up to %(max_todos)s rows per arm, for a batched claim_next.
@@ -236,21 +248,21 @@ SELECT p.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'pending'
        AND (assignee IS NULL OR assignee = %(owner)s)
-     ORDER BY created_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) p
+     ORDER BY created_at LIMIT {{batch_limit}} FOR UPDATE SKIP LOCKED) p
 UNION ALL
 SELECT l.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'claimed'
        AND lease_expires_at < now() AND attempt < max_attempts
        AND (assignee IS NULL OR assignee = %(owner)s)
-     ORDER BY lease_expires_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) l
+     ORDER BY lease_expires_at LIMIT {{batch_limit}} FOR UPDATE SKIP LOCKED) l
 UNION ALL
 SELECT r.* FROM (
     SELECT id, state, attempts_total, created_at FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'failed'
        AND next_retry_at <= now() AND attempt < max_attempts
        AND (assignee IS NULL OR assignee = %(owner)s)
-     ORDER BY next_retry_at LIMIT %(max_todos)s FOR UPDATE SKIP LOCKED) r
+     ORDER BY next_retry_at LIMIT {{batch_limit}} FOR UPDATE SKIP LOCKED) r
 
 -- name: claim_batch_tail
 -- claim_tail for many rows: `t(id, prior_state, prior_total, i)` are the locked todos, `i` their

@@ -114,7 +114,7 @@ WITH cand AS (
       FROM unnest(%(queues)s::text[]) AS q(name), LATERAL ({{claim_batch_arms}}) x
      WHERE {{unpoliced}} AND {{endpoint_live}}
      ORDER BY x.created_at
-     LIMIT %(max_todos)s
+     LIMIT {{batch_limit}}
 ), t AS (
     SELECT id, state AS prior_state, attempts_total AS prior_total,
            (row_number() OVER (ORDER BY created_at, id))::int AS i
@@ -129,7 +129,7 @@ WITH cand AS (
       FROM (VALUES (%(queue)s::text)) AS q(name), LATERAL ({{claim_batch_arms}}) x
      WHERE {{unpoliced}} AND {{endpoint_live}}
      ORDER BY x.created_at
-     LIMIT %(max_todos)s
+     LIMIT {{batch_limit}}
 ), t AS (
     SELECT id, state AS prior_state, attempts_total AS prior_total,
            (row_number() OVER (ORDER BY created_at, id))::int AS i
@@ -193,7 +193,7 @@ WITH cand AS (
     ) x
      WHERE {{endpoint_live}}
      ORDER BY x.created_at
-     LIMIT %(max_todos)s
+     LIMIT {{batch_limit}}
 ), t AS (
     SELECT id, state AS prior_state, attempts_total AS prior_total,
            (row_number() OVER (ORDER BY created_at, id))::int AS i

@@ -1,0 +1,61 @@
+"""The batch statements keep PostgreSQL's cached generic plan (docs/decisions.md D47).
+
+A prepared statement is planned for its values on its first five executions; from then on PostgreSQL
+uses the generic plan unless the plans made for the values looked cheaper. The batch claim's LIMIT
+and its `admitted` flag, and the batched closes' item arrays, reach the planner through InitPlans, so
+both kinds of plan are priced alike. With them in sight every batch claim was planned afresh once the
+tables had statistics (about 0.5 to 0.9 ms of PostgreSQL's CPU per statement, bench/group_bench.py
+--analyze), and so was every batched close. A batched close can still be planned for its values before
+the tables' first ANALYZE: a plan for an endpoint's call drops the human branch of `scope`, which
+the generic plan must price.
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from core_world import make_world, sql
+from switchboard.core import producer, todos
+from switchboard.core.queries import Q
+
+RUNS = 15  # psycopg prepares a statement once it ran 5 times; PostgreSQL plans the first 5 executions for their values
+
+
+async def _plans(conn: psycopg.AsyncConnection, head: str) -> tuple[int, int]:
+    """The plan counts of the one statement prepared on `conn` whose text starts with `head`."""
+    cur = await conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                             " WHERE starts_with(statement, %s)", (head,))
+    (row,) = await cur.fetchall()
+    return row["generic_plans"], row["custom_plans"]
+
+
+@pytest.mark.parametrize("analysed", [False, True])
+async def test_batch_claims_and_closes_use_the_generic_plan(core, pg_uri, analysed):
+    w = await make_world(core)
+    for first in range(0, 5000, 1000):  # a backlog: what makes a plan for LIMIT 3 look cheap
+        await producer.push_many(core, w.h1, w.slug1, [{"title": f"t{i}", "queue": "inbox"}
+                                                        for i in range(first, first + 1000)])
+    history = await todos.claim_next_batch(core, w.e1, max_todos=100)  # rows in both tables
+    await todos.complete_batch(core, w.e1, [{"id": g.todo["id"]} for g in history])
+    if analysed:
+        await sql(core, "ANALYZE todos")
+        await sql(core, "ANALYZE todo_attempts")
+    params, _ = todos._claim_params(core, w.e1, None, None, None)
+    claim_sql, claim_params, _ = todos._claim_statement(["inbox"], params, 3, False)
+    assert claim_sql == Q.todos.claim_next_batch_one
+    async with await psycopg.AsyncConnection.connect(pg_uri, autocommit=True, row_factory=dict_row) as conn:
+        for _ in range(RUNS):
+            rows = await (await conn.execute(claim_sql, claim_params)).fetchall()
+            assert len(rows) == 3
+            each = [{"id": r["id"], "token_hash": None, **todos._report(core, None, None, None), "retry": None}
+                    for r in rows]
+            closed = await (await conn.execute(Q.todos.complete_batch,
+                                               todos._close_arrays(w.e1, each, with_retry=False))).fetchall()
+            assert len(closed) == 3
+        claim_generic, claim_custom = await _plans(conn, "WITH cand AS")
+        close_generic, close_custom = await _plans(conn, "WITH i AS")
+    assert (claim_custom, claim_generic) == (5, RUNS - 10)
+    if analysed:  # before the first ANALYZE the batched close may still be planned for its values
+        assert (close_custom, close_generic) == (5, RUNS - 10)
