@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 
 from core_world import make_world, sql
 from switchboard.core import producer, todos
+from switchboard.core.models import scope_params
 from switchboard.core.queries import Q
 
 RUNS = 15  # psycopg prepares a statement once it ran 5 times; PostgreSQL plans the first 5 executions for their values
@@ -59,3 +60,26 @@ async def test_batch_claims_and_closes_use_the_generic_plan(core, pg_uri, analys
     assert (claim_custom, claim_generic) == (5, RUNS - 10)
     if analysed:  # before the first ANALYZE the batched close may still be planned for its values
         assert (close_custom, close_generic) == (5, RUNS - 10)
+
+
+@pytest.mark.parametrize("analysed", [False, True])
+async def test_single_claims_and_closes_use_the_generic_plan(core, pg_uri, analysed):
+    """The one-todo claim_next and complete, the per-claim path, with and without statistics."""
+    w = await make_world(core)
+    await producer.push_many(core, w.h1, w.slug1, [{"title": f"t{i}", "queue": "inbox"} for i in range(1000)])
+    if analysed:
+        done = await todos.claim_next_batch(core, w.e1, max_todos=100)
+        await todos.complete_batch(core, w.e1, [{"id": g.todo["id"]} for g in done])
+        await sql(core, "ANALYZE todos")
+        await sql(core, "ANALYZE todo_attempts")
+    params, _ = todos._claim_params(core, w.e1, None, None, None)
+    claim_sql, claim_params, _ = todos._claim_statement(["inbox"], params, None, False)
+    assert claim_sql == Q.todos.claim_next_one
+    async with await psycopg.AsyncConnection.connect(pg_uri, autocommit=True, row_factory=dict_row) as conn:
+        for _ in range(RUNS):
+            (row,) = await (await conn.execute(claim_sql, claim_params)).fetchall()
+            close = {**scope_params(w.e1), "id": row["id"], "token_hash": None,
+                     **todos._report(core, None, None, None)}
+            assert len(await (await conn.execute(Q.todos.complete, close)).fetchall()) == 1
+        assert await _plans(conn, "WITH cand AS") == (RUNS - 10, 5)
+        assert await _plans(conn, "WITH t AS") == (RUNS - 10, 5)
