@@ -14,14 +14,28 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+import pytest_asyncio
 from psycopg.rows import dict_row
 
+from conftest import core_for, create_database
 from core_world import make_world, sql
 from switchboard.core import producer, todos
 from switchboard.core.models import scope_params
 from switchboard.core.queries import Q
 
 RUNS = 15  # psycopg prepares a statement once it ran 5 times; PostgreSQL plans the first 5 executions for their values
+
+
+@pytest_asyncio.fixture
+async def fresh(pg_server):
+    """A core on a database of its own: statistics, if any, are the test's own (a database shared with
+    other tests keeps the statistics of their rows)."""
+    uri = create_database(pg_server)
+    async with core_for(uri) as core:
+        yield core, uri
+    name = psycopg.conninfo.conninfo_to_dict(uri)["dbname"]
+    async with await psycopg.AsyncConnection.connect(pg_server, autocommit=True) as conn:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def _plans(conn: psycopg.AsyncConnection, head: str) -> tuple[int, int]:
@@ -33,7 +47,8 @@ async def _plans(conn: psycopg.AsyncConnection, head: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("analysed", [False, True])
-async def test_batch_claims_and_closes_use_the_generic_plan(core, pg_uri, analysed):
+async def test_batch_claims_and_closes_use_the_generic_plan(fresh, analysed):
+    core, pg_uri = fresh
     w = await make_world(core)
     for first in range(0, 5000, 1000):  # a backlog: what makes a plan for LIMIT 3 look cheap
         await producer.push_many(core, w.h1, w.slug1, [{"title": f"t{i}", "queue": "inbox"}
@@ -63,8 +78,9 @@ async def test_batch_claims_and_closes_use_the_generic_plan(core, pg_uri, analys
 
 
 @pytest.mark.parametrize("analysed", [False, True])
-async def test_single_claims_and_closes_use_the_generic_plan(core, pg_uri, analysed):
+async def test_single_claims_and_closes_use_the_generic_plan(fresh, analysed):
     """The one-todo claim_next and complete, the per-claim path, with and without statistics."""
+    core, pg_uri = fresh
     w = await make_world(core)
     await producer.push_many(core, w.h1, w.slug1, [{"title": f"t{i}", "queue": "inbox"} for i in range(1000)])
     if analysed:
@@ -83,3 +99,24 @@ async def test_single_claims_and_closes_use_the_generic_plan(core, pg_uri, analy
             assert len(await (await conn.execute(Q.todos.complete, close)).fetchall()) == 1
         assert await _plans(conn, "WITH cand AS") == (RUNS - 10, 5)
         assert await _plans(conn, "WITH t AS") == (RUNS - 10, 5)
+
+
+@pytest.mark.parametrize("analysed", [False, True])
+async def test_a_claim_over_several_queues_uses_the_generic_plan(fresh, analysed):
+    """claim_next over a list of queues: its length reaches the planner through an InitPlan; in sight,
+    it made PostgreSQL plan every claim afresh until the tables had statistics."""
+    core, pg_uri = fresh
+    w = await make_world(core, queues=("a", "b", "c"))
+    for q in ("a", "b", "c"):
+        await producer.push_many(core, w.h1, w.slug1, [{"title": f"t{i}", "queue": q} for i in range(300)])
+    if analysed:
+        await sql(core, "ANALYZE todos")
+        await sql(core, "ANALYZE todo_attempts")
+    params, _ = todos._claim_params(core, w.e1, None, None, None)
+    for n, name in ((3, "claim_next_batch"), (None, "claim_next")):
+        claim_sql, claim_params, _ = todos._claim_statement(["a", "b", "c"], params, n, False)
+        assert claim_sql == getattr(Q.todos, name)
+        async with await psycopg.AsyncConnection.connect(pg_uri, autocommit=True, row_factory=dict_row) as conn:
+            for _ in range(RUNS):
+                assert await (await conn.execute(claim_sql, claim_params)).fetchall()
+            assert await _plans(conn, "WITH cand AS") == (RUNS - 10, 5), name
