@@ -59,8 +59,9 @@ class Event:
 
 
 def build(verb: str, row: dict[str, Any], closed_raw: dict[str, Any] | None = None, *, ready: str | None = None,
-          source: str | None = None, **extra: Any) -> Event:
-    """Make the event of one committed transition from the returned todo row and closed attempt."""
+          source: str | None = None, todo: dict[str, Any] | None = None, **extra: Any) -> Event:
+    """Make the event of one committed transition from the returned todo row and closed attempt.
+    `todo`: the row's compact shape when the caller already made it (the event keeps a copy)."""
     closed = shapes.attempt(closed_raw) if closed_raw else None
     final = None
     if closed is not None and closed["disposition"] == "dead_lettered":
@@ -71,7 +72,8 @@ def build(verb: str, row: dict[str, Any], closed_raw: dict[str, Any] | None = No
         }
     endpoint_id = row.get("endpoint_id")
     team_id = row.get("team_id")
-    return Event(verb=verb, todo=shapes.compact(row), endpoint_id=str(endpoint_id) if endpoint_id else "",
+    shaped = dict(todo) if todo is not None else shapes.compact(row)
+    return Event(verb=verb, todo=shaped, endpoint_id=str(endpoint_id) if endpoint_id else "",
                  queue=row["queue"], closed_attempt=closed, final_attempt=final, ready=ready,
                  source=source, extra=extra, team_id=str(team_id) if team_id else "")
 

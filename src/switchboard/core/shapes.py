@@ -59,8 +59,12 @@ def compact(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def full(row: dict[str, Any]) -> dict[str, Any]:
-    out = compact(row)
+FULL_ONLY = ("payload", "input_request", "input")  # what `full` adds to `compact`
+
+
+def full(row: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The full shape; `base` is the row's compact shape when the caller already made it."""
+    out = dict(base) if base is not None else compact(row)
     if row.get("payload") is not None:
         out["payload"] = row["payload"]
     if row.get("input_request") is not None:
@@ -68,6 +72,11 @@ def full(row: dict[str, Any]) -> dict[str, Any]:
     if row.get("input") is not None:
         out["input"] = row["input"]
     return out
+
+
+def compact_of(full_shape: dict[str, Any]) -> dict[str, Any]:
+    """The compact shape inside a full one (a copy)."""
+    return {k: v for k, v in full_shape.items() if k not in FULL_ONLY}
 
 
 def attempt(a: dict[str, Any]) -> dict[str, Any]:

@@ -211,17 +211,18 @@ def _result(row: dict[str, Any], token: str | None) -> ClaimResult:
                        prior_attempts=[shapes.attempt(a) for a in row["prior_attempts"]], lease_token=token)
 
 
-def _claim_events(rows: list[dict[str, Any]], charged: frozenset[str] = frozenset()) -> list[events.Event]:
-    """The takeover and claim events of claimed rows; a claim charged to an admission policy (its
+def _claim_events(pairs: Claimed, charged: frozenset[str] = frozenset()) -> list[events.Event]:
+    """The takeover and claim events of claimed todos; a claim charged to an admission policy (its
     queue in `charged`) says so (`admission_charged`, counted by the metrics)."""
     evs = []
-    for row in rows:
+    for got, row in pairs:
+        todo = shapes.compact_of(got.todo)
         if row.get("closed_attempt"):
-            evs.append(events.build("takeover", row, row["closed_attempt"]))
+            evs.append(events.build("takeover", row, row["closed_attempt"], todo=todo))
         if row["queue"] in charged:
-            evs.append(events.build("claim", row, admission_charged=True))
+            evs.append(events.build("claim", row, todo=todo, admission_charged=True))
         else:
-            evs.append(events.build("claim", row))
+            evs.append(events.build("claim", row, todo=todo))
     return evs
 
 
@@ -258,8 +259,9 @@ async def claim(core: Core, caller: Caller, todo_id: str, *, lease_ttl_seconds: 
         if miss is None or not miss["policed"]:
             raise await _miss(core, caller, todo_id, "claim")
         return await _claim_policed(core, caller, params, token, miss)
-    await core.bus.publish(*_claim_events(rows))
-    return _result(rows[0], token)
+    pairs = _paired(rows[:1], None, token)
+    await core.bus.publish(*_claim_events(pairs))
+    return pairs[0][0]
 
 
 async def _claim_policed(core: Core, caller: Caller, params: dict[str, Any], token: str | None,
@@ -301,8 +303,9 @@ async def _claim_policed(core: Core, caller: Caller, params: dict[str, Any], tok
         await core.pool.putconn(conn)
     if not rows:
         raise await _miss(core, caller, params["id"], "claim")
-    await core.bus.publish(*_claim_events(rows, frozenset(verdicts.rows)))
-    got = _result(rows[0], token)
+    pairs = _paired(rows[:1], None, token)
+    await core.bus.publish(*_claim_events(pairs, frozenset(verdicts.rows)))
+    got = pairs[0][0]
     got.admission = verdicts.usage_after(queue, 1)
     return got
 
@@ -538,8 +541,8 @@ async def _take_locked(core: Core, conn: Any, caller: EndpointCaller, queues: li
 
 async def _claimed(core: Core, pairs: Claimed,
                    verdicts: admission.Verdicts | None) -> tuple[list[ClaimResult], list[dict[str, Any]]]:
-    results, rows = [got for got, _ in pairs], [row for _, row in pairs]
-    evs = _claim_events(rows, frozenset(verdicts.rows) if verdicts is not None else frozenset())
+    results = [got for got, _ in pairs]
+    evs = _claim_events(pairs, frozenset(verdicts.rows) if verdicts is not None else frozenset())
     if evs:
         await core.bus.publish(*evs)
     return results, []
@@ -600,10 +603,10 @@ async def heartbeat(core: Core, caller: Caller, todo_id: str, *, lease_ttl_secon
 
 
 async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any], *,
-                 ready: str | None = None, batch_sql: str | None = None) -> dict[str, Any]:
+                 ready: str | None = None, batch_sql: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """One lease transition by the holder. With `batch_sql` (complete, fail) it runs alone or with the
     concurrent ones of the same op and caller scope (core/combine.py) as one `batch_sql` statement,
-    which does for each todo what `sql` does for one."""
+    which does for each todo what `sql` does for one. Returns the row and its compact shape."""
     if batch_sql is not None and core.combine:
         key = (op, caller.with_session(None) if isinstance(caller, EndpointCaller) else caller)
         row = await core.closes.submit(key, params, functools.partial(_close_group, core, caller, op, sql, batch_sql))
@@ -612,8 +615,9 @@ async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict[str
         if alone is None:
             raise await _miss(core, caller, params["id"], op)
         row = alone
-    await core.bus.publish(events.build(op, row, row.get("closed_attempt"), ready=ready))
-    return row
+    todo = shapes.compact(row)
+    await core.bus.publish(events.build(op, row, row.get("closed_attempt"), ready=ready, todo=todo))
+    return row, todo
 
 
 async def _close_group(core: Core, caller: Caller, op: str, sql: str, batch_sql: str,
@@ -648,8 +652,8 @@ async def complete(core: Core, caller: Caller, todo_id: str, *, result: JsonValu
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
               **_report(core, summary, artifact, result)}
-    return shapes.compact(await _close(core, caller, "complete", Q.todos.complete, params,
-                                       batch_sql=Q.todos.complete_batch))
+    _, todo = await _close(core, caller, "complete", Q.todos.complete, params, batch_sql=Q.todos.complete_batch)
+    return todo
 
 
 async def fail(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = None,
@@ -662,7 +666,8 @@ async def fail(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = 
               **_report(core, summary, artifact, result), "retry": retry,
               "backoff_base": core.settings.retry_backoff_base_seconds,
               "backoff_max": core.settings.retry_backoff_max_seconds}
-    return shapes.compact(await _close(core, caller, "fail", Q.todos.fail, params, batch_sql=Q.todos.fail_batch))
+    _, todo = await _close(core, caller, "fail", Q.todos.fail, params, batch_sql=Q.todos.fail_batch)
+    return todo
 
 
 # ------------------------------------------------------------------------------- batched closes
@@ -763,7 +768,8 @@ async def release(core: Core, caller: Caller, todo_id: str, *, summary: str | No
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
               **_report(core, summary, artifact, None)}
-    return shapes.full(await _close(core, caller, "release", Q.todos.release, params, ready="released"))
+    row, todo = await _close(core, caller, "release", Q.todos.release, params, ready="released")
+    return shapes.full(row, todo)
 
 
 async def request_input(core: Core, caller: Caller, todo_id: str, *, question: str | None = None,
@@ -798,7 +804,8 @@ async def provide_input(core: Core, caller: HumanCaller, todo_id: str, *, payloa
 async def cancel(core: Core, caller: HumanCaller, todo_id: str) -> dict[str, Any]:
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), "id": todo_id}
-    return shapes.compact(await _close(core, caller, "cancel", Q.todos.cancel, params))
+    _, todo = await _close(core, caller, "cancel", Q.todos.cancel, params)
+    return todo
 
 
 async def retry(core: Core, caller: HumanCaller, todo_id: str) -> dict[str, Any]:
