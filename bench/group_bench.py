@@ -1,6 +1,7 @@
 """Group benchmark: what a claim + complete costs per todo when k todos share one statement pair.
 
     .venv/bin/python bench/group_bench.py --sizes 1,2,4,8,16,100 --todos 2000 --rounds 3
+    .venv/bin/python bench/group_bench.py --analyze --backlog 1000000
 
 The question behind concurrent calls sharing a statement (core/combine.py, docs/decisions.md D47):
 how much of a claim + complete is paid per statement and how much per todo. One database on a fresh
@@ -66,9 +67,10 @@ async def run(args: argparse.Namespace) -> tuple[dict[int, dict[str, float]], li
         try:
             uri = await dbs.create("group")
             tenant = await sb.open_tenant(uri, pool_max=2)
-            await tenant.load(args.todos * len(sizes) * args.rounds + 1000)
+            drained = args.todos * len(sizes) * args.rounds + 500
+            await tenant.load(drained + args.backlog)
             if args.analyze:  # statistics of tables with rows in both: done todos with their attempts
-                await tenant.load_history(args.todos * len(sizes) * args.rounds)
+                await tenant.load_history(max(drained, min(args.backlog, 200_000)))
                 await tenant.analyze()
             await drain(tenant, 4, 500)  # warm: prepared statements and caches
             for r in range(args.rounds):
@@ -94,11 +96,13 @@ def main() -> None:
     p.add_argument("--todos", type=int, default=2000, help="todos drained per size and round")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--analyze", action="store_true", help="done todos with attempts, then VACUUM ANALYZE")
+    p.add_argument("--backlog", type=int, default=0, help="pending todos left in the queue beyond those drained")
     args = p.parse_args()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = sb.loadavg()[0]
     out, plans = asyncio.run(run(args))
     print(f"\n{started}, load average {load:.2f} at the start, {sb.loadavg()[0]:.2f} at the end;"
+          f" backlog {args.backlog:,} pending;"
           f" statistics {'analysed' if args.analyze else 'none (as a fresh installation)'}\n")
     print("| todos per statement pair | PostgreSQL CPU per todo (µs) | Python CPU per todo (µs) |"
           " wall per todo (µs) | PostgreSQL CPU per pair (µs) |")

@@ -202,7 +202,10 @@ def report(args: argparse.Namespace, m: dict, command: str) -> str:
         " marks the jobs finished since the last fetch done in one transaction (one UPDATE per job), so"
         " at W > 1 it claims and acknowledges in small batches; its bulk `enqueue_many` sends one INSERT"
         " per job in one transaction. Its Python CPU is not in this process's figure (it runs in a child"
-        " process on Python >= 3.12).",
+        " process on Python >= 3.12). Switchboard's per-claim workers, W of one endpoint in one process,"
+        " each claim and complete one todo per call; the core runs calls made at the same time together,"
+        " one statement per group, each call answered as if alone (core/combine.py, docs/decisions.md"
+        " D47); the row with `Core.combine` off runs every call as its own statement.",
         "",
     ]
     if r.failed:
