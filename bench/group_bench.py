@@ -67,7 +67,8 @@ async def run(args: argparse.Namespace) -> tuple[dict[int, dict[str, float]], li
         try:
             uri = await dbs.create("group")
             tenant = await sb.open_tenant(uri, pool_max=2)
-            drained = args.todos * len(sizes) * args.rounds + 500
+            # each drain may take up to one statement's worth past `--todos`; 500 for the warm-up
+            drained = (args.todos + max(sizes)) * len(sizes) * args.rounds + 500
             await tenant.load(drained + args.backlog)
             if args.analyze:  # statistics of tables with rows in both: done todos with their attempts
                 await tenant.load_history(max(drained, min(args.backlog, 200_000)))
