@@ -113,6 +113,36 @@ async def test_a_call_cancelled_while_it_waits_is_not_run():
     assert len(c) == 0
 
 
+async def test_the_call_that_started_a_group_cancelled_does_not_cancel_the_others():
+    """A group runs in a task of its own: its first caller gone (a client that hung up) loses only its
+    own outcome."""
+    c: Combiner[str, object] = Combiner(limit=100)
+    run = Recorder()
+    run.release.clear()
+    calls = [asyncio.ensure_future(c.submit("k", x, run)) for x in "abc"]
+    await asyncio.sleep(0.01)
+    assert run.groups == [["a", "b", "c"]]
+    calls[0].cancel()
+    await asyncio.sleep(0.01)
+    run.release.set()
+    assert await calls[1] == ("b", 3) and await calls[2] == ("c", 3)
+    with pytest.raises(asyncio.CancelledError):
+        await calls[0]
+    assert len(c) == 0
+
+
+async def test_a_call_cancelled_before_its_group_starts_is_not_run():
+    c: Combiner[str, object] = Combiner(limit=100)
+    run = Recorder()
+    first = asyncio.ensure_future(c.submit("k", "a", run))
+    await asyncio.sleep(0)  # it waits for the end of its turn of the loop
+    first.cancel()  # before its group starts
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert run.groups == [] and len(c) == 0
+    assert await c.submit("k", "b", run) == ("b", 1)
+
+
 # --------------------------------------------------------------------------------------- claim_next
 
 async def _claimed_at(core, ids: list[str]) -> set:

@@ -31,17 +31,19 @@ class _Lane(Generic[Item, Out]):
 
     def __init__(self, run: Run[Item, Out]) -> None:
         self.run = run
-        self.running = 0
+        self.running = False
         self.waiting: deque[tuple[Item, asyncio.Future[Out]]] = deque()
 
 
 class Combiner(Generic[Item, Out]):
     """Groups concurrent calls by key (see the module's docstring). One per kind of call, held by the
-    Core; `submit` is only called from the event loop the Core serves."""
+    Core; `submit` is only called from the event loop the Core serves.
 
-    def __init__(self, limit: int, parallel: int = 1) -> None:
+    A group runs in a task of its own, never in a caller's: a caller cancelled while its group runs
+    (a client gone) loses its own outcome only, as a call alone would, and the others get theirs."""
+
+    def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.parallel = parallel
         self._lanes: dict[Hashable, _Lane[Item, Out]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -54,17 +56,17 @@ class Combiner(Generic[Item, Out]):
             lane = self._lanes[key] = _Lane(run)
         future: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
         lane.waiting.append((item, future))
-        if lane.running < self.parallel:
-            lane.running += 1
+        if not lane.running:
+            lane.running = True
             try:
                 # One turn of the loop: the workers woken by one group's results come back in the
                 # same turn, and their next calls join this one instead of waiting for it.
                 await asyncio.sleep(0)
             except BaseException:
                 future.cancel()
-                self._next(key, lane)
                 raise
-            await self._run_group(key, lane, self._take(lane))
+            finally:
+                self._next(key, lane)
         return await future
 
     def _take(self, lane: _Lane[Item, Out]) -> list[tuple[Item, asyncio.Future[Out]]]:
@@ -78,11 +80,11 @@ class Combiner(Generic[Item, Out]):
         return group
 
     def _next(self, key: Hashable, lane: _Lane[Item, Out]) -> None:
-        """A statement of `key` ended: run the calls that waited for it, or forget the idle key."""
+        """Start the next group of `key` in a task, or forget the idle key."""
         group = self._take(lane)
         if not group:
-            lane.running -= 1
-            if not lane.running and not lane.waiting:
+            lane.running = False
+            if not lane.waiting:
                 del self._lanes[key]
             return
         task = asyncio.get_running_loop().create_task(self._run_group(key, lane, group))
@@ -91,9 +93,6 @@ class Combiner(Generic[Item, Out]):
 
     async def _run_group(self, key: Hashable, lane: _Lane[Item, Out],
                          group: list[tuple[Item, asyncio.Future[Out]]]) -> None:
-        if not group:  # the leading call was cancelled as its turn ended
-            self._next(key, lane)
-            return
         try:
             outs = await lane.run([item for item, _ in group])
         except BaseException as exc:  # the statement failed, or the task was cancelled: every call
@@ -107,7 +106,7 @@ class Combiner(Generic[Item, Out]):
                 raise
         else:
             for (_, future), out in zip(group, outs, strict=True):
-                if future.done():
+                if future.done():  # its caller was cancelled meanwhile
                     continue
                 if isinstance(out, BaseException):
                     future.set_exception(out)
