@@ -6,7 +6,10 @@ Variants, interleaved in rounds (the order rotated each round) so that noise on 
 hits all of them alike:
 
   single       `todos.claim_next` + `todos.complete` by one endpoint on its own queue (the store
-               benchmark's `core` variant: today's path)
+               benchmark's `core` variant), every call its own statement (`Core.combine` off), as
+               each team endpoint's calls are here: 20 endpoints are 20 keys, so they share nothing
+  single-combined  the same with the workers' concurrent calls sharing statements (core/combine.py,
+               docs/decisions.md D47), as one endpoint's workers in one process do by default
   team         the same calls on a team queue `team:bench/work`, by 20 endpoints of three members:
                worker i uses endpoint (i + k * workers) mod 20 on its k-th cycle, so every endpoint
                drains the queue whatever the worker count
@@ -109,6 +112,7 @@ from switchboard.core.queries import Q
 from switchboard.db.pool import open_pool
 
 OWN_QUEUE = "bench"
+COMBINED_QUEUE = "bench-combined"  # the single endpoint's second queue, for `single-combined`
 TEAM = "bench"
 TEAM_QUEUE = f"team:{TEAM}/work"
 POLICED_QUEUE = f"team:{TEAM}/policed"
@@ -357,7 +361,7 @@ async def open_bench(uri: str, history: int, levers: bool = False, team_levers: 
     pool = await open_pool(uri, min_size=2, max_size=20)  # as the served app opens it (web/app.py)
     core = Core(pool=pool, settings=load_settings(database_url=uri, log_format="text"))
     solo = await humans.add(core, "solo")
-    _, credential = await endpoints.vend(core, solo, agent="bench", queues=[OWN_QUEUE])
+    _, credential = await endpoints.vend(core, solo, agent="bench", queues=[OWN_QUEUE, COMBINED_QUEUE])
     single = endpoints.caller_from_row(await endpoints.resolve_credential(core, credential), "bench-session")
     people = [await humans.add(core, f"member-{i}") for i in range(MEMBERS)]
     await teams.create(core, people[0], TEAM)
@@ -386,7 +390,8 @@ async def open_bench(uri: str, history: int, levers: bool = False, team_levers: 
         team_id = (await cur.fetchone())["id"]
         await conn.execute(HISTORY_LOAD, {"endpoint_id": single.endpoint_id, "queue": "history",
                                           "owner": single.owner, "n": history})
-    queues = {"single": Queue(OWN_QUEUE, [single], BULK_LOAD, {"endpoint_id": single.endpoint_id, "queue": OWN_QUEUE})}
+    queues = {name: Queue(queue, [single], BULK_LOAD, {"endpoint_id": single.endpoint_id, "queue": queue})
+              for name, queue in (("single", OWN_QUEUE), ("single-combined", COMBINED_QUEUE))}
     for key, label in keys.items():
         queues[key] = Queue(label, callers[label], TEAM_LOAD, {"team_id": team_id, "queue": label})
     if levers:
@@ -408,11 +413,12 @@ async def open_bench(uri: str, history: int, levers: bool = False, team_levers: 
 def variants(bench: Bench) -> list[Variant]:
     core = bench.core
 
-    async def single_worker(deadline: float) -> tuple[int, bool]:
-        caller = bench.queues["single"].callers[0]
+    async def single_worker(deadline: float, key: str = "single") -> tuple[int, bool]:
+        q = bench.queues[key]
+        caller = q.callers[0]
         n = 0
         while time.perf_counter() < deadline:
-            got = await todos.claim_next(core, caller, lease_ttl_seconds=LEASE_TTL)
+            got = await todos.claim_next(core, caller, queue=q.name, lease_ttl_seconds=LEASE_TTL)
             if got is None:
                 return n, True
             await todos.complete(core, caller, got.todo["id"])
@@ -436,7 +442,16 @@ def variants(bench: Bench) -> list[Variant]:
         return sum(n for n, _ in done), any(s for _, s in done)
 
     def run_single(w: int, deadline: float):
-        return gather([single_worker(deadline) for _ in range(w)])
+        async def go():
+            core.combine = False  # each call its own statement, as every team endpoint's call is here
+            try:
+                return await gather([single_worker(deadline) for _ in range(w)])
+            finally:
+                core.combine = True
+        return go()
+
+    def run_single_combined(w: int, deadline: float):
+        return gather([single_worker(deadline, "single-combined") for _ in range(w)])
 
     def run_team(key: str):
         def run(w: int, deadline: float):
@@ -471,8 +486,8 @@ def variants(bench: Bench) -> list[Variant]:
             return go()
         return run
 
-    out = [Variant("single", run_single), Variant("team", run_team("team")),
-           Variant("team-policy", run_team("team-policy"))]
+    out = [Variant("single", run_single), Variant("single-combined", run_single_combined),
+           Variant("team", run_team("team")), Variant("team-policy", run_team("team-policy"))]
     if "team-policy-locked" in bench.queues:
         out += [Variant("team-policy-unstriped", run_swapped("team-policy-unstriped", admit_unstriped)),
                 Variant("team-policy-pipelined", run_swapped("team-policy-pipelined", admit_pipelined)),
@@ -604,7 +619,7 @@ async def main(args: argparse.Namespace) -> int:
                 await conn.execute("VACUUM ANALYZE todo_attempts")
             vs = variants(bench)
             if args.only:
-                keep = {"single", *args.only.split(",")}
+                keep = {"single", "single-combined", *args.only.split(",")}
                 vs = [v for v in vs if v.name in keep]
             results = {v.name: {w: [] for w in worker_counts} for v in vs}
             cpu = {v.name: {w: [] for w in worker_counts} for v in vs}
@@ -657,7 +672,7 @@ async def main(args: argparse.Namespace) -> int:
     total = time.perf_counter() - t0
 
     names = [v.name for v in vs]
-    ratios = [("team", "single"), ("team-policy", "single"), ("team-policy", "team")]
+    ratios = [("team", "single"), ("team-policy", "single"), ("team-policy", "team"), ("single-combined", "single")]
     if args.levers:
         ratios += [("team-policy", "team-policy-pipelined"), ("team-policy-pipelined", "single"),
                    ("team-policy", "team-policy-unstriped"), ("team-policy-unstriped", "team-policy-locked"),
