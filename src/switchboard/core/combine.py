@@ -39,8 +39,9 @@ class Combiner(Generic[Item, Out]):
     """Groups concurrent calls by key (see the module's docstring). One per kind of call, held by the
     Core; `submit` is only called from the event loop the Core serves.
 
-    A group runs in a task of its own, never in a caller's: a caller cancelled while its group runs
-    (a client gone) loses its own outcome only, as a call alone would, and the others get theirs."""
+    A group of several calls runs in a task of its own, never in a caller's: a caller cancelled while
+    its group runs (a client gone) loses its own outcome only, as a call alone would, and the others
+    get theirs. A call alone runs in its own task."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -64,9 +65,19 @@ class Combiner(Generic[Item, Out]):
                 await asyncio.sleep(0)
             except BaseException:
                 future.cancel()
-                raise
-            finally:
                 self._next(key, lane)
+                raise
+            group = self._take(lane)
+            if len(group) > 1:
+                self._start(key, lane, group)
+            else:  # alone (a lone worker's call): in this task, as a call without the Combiner
+                try:
+                    out = (await lane.run([item]))[0]
+                finally:
+                    self._next(key, lane)
+                if isinstance(out, BaseException):
+                    raise out
+                return out
         return await future
 
     def _take(self, lane: _Lane[Item, Out]) -> list[tuple[Item, asyncio.Future[Out]]]:
@@ -80,13 +91,16 @@ class Combiner(Generic[Item, Out]):
         return group
 
     def _next(self, key: Hashable, lane: _Lane[Item, Out]) -> None:
-        """Start the next group of `key` in a task, or forget the idle key."""
+        """Start the next group of `key`, or forget the idle key."""
         group = self._take(lane)
         if not group:
             lane.running = False
             if not lane.waiting:
                 del self._lanes[key]
             return
+        self._start(key, lane, group)
+
+    def _start(self, key: Hashable, lane: _Lane[Item, Out], group: list[tuple[Item, asyncio.Future[Out]]]) -> None:
         task = asyncio.get_running_loop().create_task(self._run_group(key, lane, group))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
