@@ -120,3 +120,26 @@ async def test_a_claim_over_several_queues_uses_the_generic_plan(fresh, analysed
             for _ in range(RUNS):
                 assert await (await conn.execute(claim_sql, claim_params)).fetchall()
             assert await _plans(conn, "WITH cand AS") == (RUNS - 10, 5), name
+
+
+@pytest.mark.parametrize("analysed", [False, True])
+async def test_team_queue_claims_use_the_generic_plan(fresh, analysed):
+    """claim_next on one team queue (`claim_next_team_one`), one todo and a batch (`claim_next_mixed_batch`)."""
+    from team_world import make_fleet
+
+    core, pg_uri = fresh
+    fleet = await make_fleet(core, endpoints=1)
+    await producer.push_team_many(core, fleet.humans[0], fleet.slug,
+                                  [{"title": f"t{i}", "queue": "work"} for i in range(600)])
+    if analysed:
+        await sql(core, "ANALYZE todos")
+        await sql(core, "ANALYZE todo_attempts")
+    caller = fleet.endpoints[0]
+    params, _ = todos._claim_params(core, caller, None, None, None)
+    for n, name in ((None, "claim_next_team_one"), (3, "claim_next_mixed_batch")):
+        claim_sql, claim_params, _ = todos._claim_statement([fleet.label], params, n, False)
+        assert claim_sql == getattr(Q.todos, name)
+        async with await psycopg.AsyncConnection.connect(pg_uri, autocommit=True, row_factory=dict_row) as conn:
+            for _ in range(RUNS):
+                assert await (await conn.execute(claim_sql, claim_params)).fetchall()
+            assert await _plans(conn, "WITH") == (RUNS - 10, 5), name
