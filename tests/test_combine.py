@@ -95,6 +95,17 @@ async def test_an_error_reaches_its_own_call_and_a_failed_statement_every_call_o
     assert len(c) == 0
 
 
+async def test_a_runner_that_answers_too_few_fails_its_calls_instead_of_leaving_them_waiting():
+    c: Combiner[str, object] = Combiner(limit=100)
+
+    async def short(items: list[str]) -> list[object]:
+        return [items[0]]
+
+    out = await asyncio.gather(*(c.submit("k", x, short) for x in "ab"), return_exceptions=True)
+    assert all(isinstance(o, RuntimeError) for o in out)
+    assert len(c) == 0
+
+
 async def test_a_call_cancelled_while_it_waits_is_not_run():
     c: Combiner[str, object] = Combiner(limit=100)
     run = Recorder()

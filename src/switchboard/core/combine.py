@@ -3,10 +3,10 @@
 A call whose key has no statement running runs at once (after one turn of the event loop, which lets
 calls woken together run together): a lone worker's call runs alone, as it always did. Calls that
 arrive while one statement of their key runs wait for it and then go together, up to `limit`, as the
-next one: W workers of one endpoint in one process, each claiming or
-completing one todo at a time, cost PostgreSQL one statement and one commit per group instead of one
-per call. What a statement does for each call is what the call alone would have done (core/todos.py
-says what a key holds and how a group runs); a statement that fails fails every call in it.
+next one: W workers of one endpoint in one process, each claiming or completing one todo at a time,
+cost PostgreSQL one statement and one commit per group instead of one per call. What a statement
+does for each call is what the call alone would have done (core/todos.py says what a key holds and
+how a group runs); a statement that fails fails every call in it.
 
 Per key at most one statement runs at a time. Keys live only while calls of theirs run or wait.
 """
@@ -41,7 +41,7 @@ class Combiner(Generic[Item, Out]):
 
     A group of several calls runs in a task of its own, never in a caller's: a caller cancelled while
     its group runs (a client gone) loses its own outcome only, as a call alone would, and the others
-    get theirs. A call alone runs in its own task."""
+    get theirs. A call alone runs in its caller's task."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -109,6 +109,8 @@ class Combiner(Generic[Item, Out]):
                          group: list[tuple[Item, asyncio.Future[Out]]]) -> None:
         try:
             outs = await lane.run([item for item, _ in group])
+            if len(outs) != len(group):  # never leave a caller waiting for an outcome that will not come
+                raise RuntimeError(f"a group of {len(group)} calls got {len(outs)} outcomes")
         except BaseException as exc:  # the statement failed, or the task was cancelled: every call
             for _, future in group:
                 if not future.done():
