@@ -205,7 +205,7 @@ def report(args: argparse.Namespace, m: dict, command: str) -> str:
         " process on Python >= 3.12). Switchboard's per-claim workers, W of one endpoint in one process,"
         " each claim and complete one todo per call; the core runs calls made at the same time together,"
         " one statement per group, each call answered as if alone (core/combine.py, docs/decisions.md"
-        " D47); the row with `Core.combine` off runs every call as its own statement.",
+        " D47); the row with `SWITCHBOARD_COMBINE_CALLS=false` runs every call as its own statement.",
         "",
     ]
     if r.failed:

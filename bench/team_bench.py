@@ -6,7 +6,7 @@ Variants, interleaved in rounds (the order rotated each round) so that noise on 
 hits all of them alike:
 
   single       `todos.claim_next` + `todos.complete` by one endpoint on its own queue (the store
-               benchmark's `core` variant), every call its own statement (`Core.combine` off), as
+               benchmark's `core` variant), every call its own statement (`combine_calls` off), as
                each team endpoint's calls are here: 20 endpoints are 20 keys, so they share nothing
   single-combined  the same with the workers' concurrent calls sharing statements (core/combine.py,
                docs/decisions.md D47), as one endpoint's workers in one process do by default
@@ -443,11 +443,12 @@ def variants(bench: Bench) -> list[Variant]:
 
     def run_single(w: int, deadline: float):
         async def go():
-            core.combine = False  # each call its own statement, as every team endpoint's call is here
+            settings = core.settings
+            core.settings = settings.model_copy(update={"combine_calls": False})  # as every team endpoint's call
             try:
                 return await gather([single_worker(deadline) for _ in range(w)])
             finally:
-                core.combine = True
+                core.settings = settings
         return go()
 
     def run_single_combined(w: int, deadline: float):

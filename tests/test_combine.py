@@ -16,7 +16,7 @@ import collections
 import pytest
 
 from core_world import attempt_rows, check, lapse, make_world, snapshot, sql, todo_row
-from switchboard.core import events, todos
+from switchboard.core import events, shapes, todos
 from switchboard.core.combine import Combiner
 from switchboard.core.errors import Conflict, NotFound
 from switchboard.core.secrets import sha256
@@ -40,6 +40,13 @@ class Recorder:
             raise RuntimeError("the statement failed")
         return [ValueError(i) if i == "boom" else (i, len(items)) for i in items]
 
+    async def started(self, c: Combiner[str, object], *items: str) -> list[asyncio.Future[object]]:
+        """Calls of key "k" made in one turn, their statement started and held until `release`."""
+        self.release.clear()
+        calls = [asyncio.ensure_future(c.submit("k", x, self)) for x in items]
+        await asyncio.sleep(0.01)
+        return calls
+
 
 async def test_a_lone_call_runs_alone_and_leaves_nothing_behind():
     c: Combiner[str, object] = Combiner(limit=100)
@@ -62,9 +69,7 @@ async def test_calls_started_together_run_as_one_group_and_each_gets_its_own_out
 async def test_calls_arriving_while_a_statement_runs_go_together_next_within_the_limit():
     c: Combiner[str, object] = Combiner(limit=3)
     run = Recorder()
-    run.release.clear()
-    first = asyncio.ensure_future(c.submit("k", "a", run))
-    await asyncio.sleep(0.01)  # "a" runs, held
+    (first,) = await run.started(c, "a")
     later = [asyncio.ensure_future(c.submit("k", x, run)) for x in "bcdef"]
     await asyncio.sleep(0.01)
     assert run.groups == [["a"]]
@@ -109,9 +114,7 @@ async def test_a_runner_that_answers_too_few_fails_its_calls_instead_of_leaving_
 async def test_a_call_cancelled_while_it_waits_is_not_run():
     c: Combiner[str, object] = Combiner(limit=100)
     run = Recorder()
-    run.release.clear()
-    first = asyncio.ensure_future(c.submit("k", "a", run))
-    await asyncio.sleep(0.01)
+    (first,) = await run.started(c, "a")
     gone = asyncio.ensure_future(c.submit("k", "gone", run))
     kept = asyncio.ensure_future(c.submit("k", "kept", run))
     await asyncio.sleep(0.01)
@@ -129,9 +132,7 @@ async def test_the_call_that_started_a_group_cancelled_does_not_cancel_the_other
     own outcome."""
     c: Combiner[str, object] = Combiner(limit=100)
     run = Recorder()
-    run.release.clear()
-    calls = [asyncio.ensure_future(c.submit("k", x, run)) for x in "abc"]
-    await asyncio.sleep(0.01)
+    calls = await run.started(c, *"abc")
     assert run.groups == [["a", "b", "c"]]
     calls[0].cancel()
     await asyncio.sleep(0.01)
@@ -163,7 +164,7 @@ async def _claimed_at(core, ids: list[str]) -> set:
 
 async def test_concurrent_claim_next_calls_share_one_statement_each_with_its_own_attempt(core):
     w = await make_world(core)
-    made = [(await w.todo(f"t{i}"))["id"] for i in range(6)]
+    made = [(await w.todo(f"t{i}", payload={"n": i}))["id"] for i in range(6)]
     seen: list[events.Event] = []
     core.bus.subscribe(seen.append)
     caller = w.e1.with_session("fleet")
@@ -177,13 +178,17 @@ async def test_concurrent_claim_next_calls_share_one_statement_each_with_its_own
         assert row["state"] == "claimed" and a["ended_at"] is None
         assert (a["claimer_session"], a["claimant"], a["claimer_endpoint_id"]) == (
             "fleet", "host/w", w.e1.endpoint_id)
-    assert sorted(e.todo_id for e in seen if e.verb == "claim") == sorted(ids)
+        assert g.todo == shapes.full(row) and g.todo["payload"] == {"n": made.index(g.todo["id"])}
+    claims = [e for e in seen if e.verb == "claim"]
+    assert sorted(e.todo_id for e in claims) == sorted(ids)
+    for e in claims:  # the compact shape, as every event carries: no payload
+        assert e.todo == shapes.compact(await todo_row(core, e.todo_id)) and "payload" not in e.todo
     assert await check(core) == []
 
 
 async def test_without_combining_each_call_is_its_own_statement(core):
-    """The control for the timestamp test above: `Core.combine` off, four statements."""
-    core.combine = False
+    """The control for the timestamp test above: combining off, four statements."""
+    core.settings = core.settings.model_copy(update={"combine_calls": False})
     w = await make_world(core)
     for i in range(4):
         await w.todo(f"t{i}")
@@ -288,12 +293,13 @@ async def test_in_a_group_a_refused_close_gets_the_single_calls_error_and_the_re
     await todos.claim(core, w.e2, theirs)
     unknown = "td_00000000-0000-0000-0000-000000000000"
     alone: dict[str, str] = {}
-    core.combine = False
+    settings = core.settings
+    core.settings = settings.model_copy(update={"combine_calls": False})
     for t in (theirs, unknown, idle):
         with pytest.raises((NotFound, Conflict)) as exc:
             await todos.complete(core, w.e1, t)
         alone[t] = repr(exc.value.to_dict())
-    core.combine = True
+    core.settings = settings
     before = {t: await snapshot(core, t) for t in (idle, theirs)}
     out = await asyncio.gather(todos.complete(core, w.e1, mine[0]), todos.complete(core, w.e1, theirs),
                                todos.complete(core, w.e1, unknown), todos.complete(core, w.e1, idle),
@@ -366,10 +372,7 @@ async def test_the_setting_turns_combining_off(pg_uri):
     from conftest import clean_database, core_for
 
     clean_database(pg_uri)
-    async with core_for(pg_uri) as on:
-        assert on.combine is True
     async with core_for(pg_uri, combine_calls=False) as off:
-        assert off.combine is False
         w = await make_world(off)
         for i in range(3):
             await w.todo(f"t{i}")

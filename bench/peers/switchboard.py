@@ -4,7 +4,7 @@ sb-core  `todos.claim_next` + `todos.complete` in process, with an EndpointCalle
          calls them; one asyncio worker per W on the core's pool (the served app's: min 2, max 20);
          concurrent calls of the W workers run together (core/combine.py)
 sb-core-alone
-         the same with `Core.combine` off: each call its own statement
+         the same with combining off (`combine_calls`): each call its own statement
 sb-mcp   the same two transitions as MCP tool calls to a `switchboard serve` process, one light
          client (keep-alive HTTP/1.1, session era) per worker, started as the MCP bench starts it
 sb-core-batch-100, sb-mcp-batch-100
@@ -162,15 +162,16 @@ class SwitchboardCore:
 
 
 class SwitchboardCoreAlone(SwitchboardCore):
-    """`sb-core` with every call run alone (`Core.combine` False): one statement and one commit per
+    """`sb-core` with every call run alone (the setting `combine_calls` false): one statement and one commit per
     claim and per complete, however many workers call at once."""
 
     key = "sb-core-alone"
-    label = "Switchboard core in process, each call alone (`Core.combine` off)"
+    label = "Switchboard core in process, each call alone (`SWITCHBOARD_COMBINE_CALLS=false`)"
 
     async def setup(self, db: Database) -> None:
         await super().setup(db)
-        self.tenant.core.combine = False
+        core = self.tenant.core
+        core.settings = core.settings.model_copy(update={"combine_calls": False})
 
 
 class SwitchboardMcp(SwitchboardCore):

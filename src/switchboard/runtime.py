@@ -107,7 +107,7 @@ async def open_runtime(settings: Settings, *, runtime: Runtime | None = None, mi
                                timeout_error=DatabaseUnavailable, refused_error=Unauthorized)
         try:
             rt.database = db
-            rt._core = Core(pool=pool, settings=settings, combine=settings.combine_calls)
+            rt._core = Core(pool=pool, settings=settings)
             if listen:
                 await rt.listener.start(uri)
             try:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from . import inputs
 from .combine import Combiner
 
 if TYPE_CHECKING:
@@ -89,25 +90,22 @@ def _new_policed() -> PolicedEndpoints:
     return PolicedEndpoints()
 
 
-GROUP_MAX = 100  # calls run together in one statement at most (inputs.BATCH_CLAIM_MAX, BATCH_CLOSE_MAX)
-
-
 def _new_combiner() -> Combiner[Any, Any]:
-    return Combiner(GROUP_MAX)
+    # calls run together in one statement at most: a batch call's own bound
+    return Combiner(min(inputs.BATCH_CLAIM_MAX, inputs.BATCH_CLOSE_MAX))
 
 
 @dataclass
 class Core:
     """What every core function works with: the pool, the settings and the hook bus; and what this
     process remembers for routing only: the endpoints admission control polices, and the claims and
-    closes that run now, which concurrent ones of the same caller join (core/combine.py; `combine`
-    False runs every call alone)."""
+    closes that run now, which concurrent ones of the same caller join (core/combine.py; the setting
+    `combine_calls` false runs every call alone)."""
 
     pool: AsyncConnectionPool[AsyncConnection[DictRow]]
     settings: Settings
     bus: HookBus = field(default_factory=_new_bus)
     policed: PolicedEndpoints = field(default_factory=_new_policed)
-    combine: bool = True
     claims: ClaimCombiner = field(default_factory=_new_combiner)
     closes: CloseCombiner = field(default_factory=_new_combiner)
 

@@ -62,9 +62,8 @@ def compact(row: dict[str, Any]) -> dict[str, Any]:
 FULL_ONLY = ("payload", "input_request", "input")  # what `full` adds to `compact`
 
 
-def full(row: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The full shape; `base` is the row's compact shape when the caller already made it."""
-    out = dict(base) if base is not None else compact(row)
+def full(row: dict[str, Any]) -> dict[str, Any]:
+    out = compact(row)
     if row.get("payload") is not None:
         out["payload"] = row["payload"]
     if row.get("input_request") is not None:

@@ -410,14 +410,10 @@ async def take_next(core: Core, caller: EndpointCaller, *, queue: str | None = N
     params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
     fenced = token is not None
     if caller.endpoint_id not in core.policed:
-        if n is None and core.combine:
+        if n is None and core.settings.combine_calls:
             pairs = await _claim_with_others(core, caller, queues, params, fenced, token)
         else:
-            conn = await core.pool.getconn()
-            try:
-                pairs = await _claim_some(conn, queues, params, n, fenced, token)
-            finally:
-                await core.pool.putconn(conn)
+            pairs = await _claim_pooled(core, queues, params, n, fenced, token)
         if pairs:
             return await _claimed(core, pairs, None)
         policed = await admission.any_policy(core, caller.endpoint_id, queues)
@@ -425,6 +421,16 @@ async def take_next(core: Core, caller: EndpointCaller, *, queue: str | None = N
         if not policed:
             return [], []
     return await _take_policed(core, caller, queues, params, n, fenced, token)
+
+
+async def _claim_pooled(core: Core, queues: list[str], params: dict[str, Any], n: int | None,
+                        fenced: bool, token: str | None) -> Claimed:
+    """_claim_some on a connection of the pool."""
+    conn = await core.pool.getconn()
+    try:
+        return await _claim_some(conn, queues, params, n, fenced, token)
+    finally:
+        await core.pool.putconn(conn)
 
 
 async def _claim_with_others(core: Core, caller: EndpointCaller, queues: list[str], params: dict[str, Any],
@@ -442,14 +448,8 @@ async def _claim_group(core: Core, queues: list[str], fenced: bool,
                        items: list[tuple[dict[str, Any], str | None]]) -> list[Any]:
     """Run one group of _claim_with_others: a call alone is the single claim statement."""
     params, token = items[0]
-    conn = await core.pool.getconn()
-    try:
-        if len(items) == 1:
-            pairs = await _claim_some(conn, queues, params, None, fenced, token)
-        else:
-            pairs = await _claim_some(conn, queues, params, len(items), fenced, None)
-    finally:
-        await core.pool.putconn(conn)
+    alone = len(items) == 1
+    pairs = await _claim_pooled(core, queues, params, None if alone else len(items), fenced, token if alone else None)
     return [*pairs, *[None] * (len(items) - len(pairs))]
 
 
@@ -607,7 +607,7 @@ async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict[str
     """One lease transition by the holder. With `batch_sql` (complete, fail) it runs alone or with the
     concurrent ones of the same op and caller scope (core/combine.py) as one `batch_sql` statement,
     which does for each todo what `sql` does for one. Returns the row and its compact shape."""
-    if batch_sql is not None and core.combine:
+    if batch_sql is not None and core.settings.combine_calls:
         key = (op, caller.with_session(None) if isinstance(caller, EndpointCaller) else caller)
         row = await core.closes.submit(key, params, functools.partial(_close_group, core, caller, op, sql, batch_sql))
     else:
@@ -768,8 +768,8 @@ async def release(core: Core, caller: Caller, todo_id: str, *, summary: str | No
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
               **_report(core, summary, artifact, None)}
-    row, todo = await _close(core, caller, "release", Q.todos.release, params, ready="released")
-    return shapes.full(row, todo)
+    row, _ = await _close(core, caller, "release", Q.todos.release, params, ready="released")
+    return shapes.full(row)
 
 
 async def request_input(core: Core, caller: Caller, todo_id: str, *, question: str | None = None,
