@@ -14,13 +14,18 @@ switchboard_endpoint_live(%(endpoint_id)s::uuid)
 -- endpoint sees its own todos in its granted queues and the team todos it reaches (`team_reach`),
 -- and only while it is live; a human sees the todos of every endpoint of their agents and of every
 -- team they belong to.
-((CASE WHEN %(human_id)s::uuid IS NULL
+({{scope_rows}} AND {{endpoint_live}})
+
+-- name: scope_rows
+-- `scope` without the liveness check, for a subquery run once per item (`held_batch`), whose
+-- statement checks `endpoint_live` once at its top instead.
+(CASE WHEN %(human_id)s::uuid IS NULL
       THEN todos.queue = ANY(%(queues)s::text[])
            AND (todos.endpoint_id = %(endpoint_id)s::uuid OR {{team_reach}})
       ELSE EXISTS (SELECT 1 FROM endpoints e JOIN agents g ON g.id = e.agent_id
                     WHERE e.id = todos.endpoint_id AND g.human_id = %(human_id)s::uuid)
            OR {{member_reach}}
-  END) AND {{endpoint_live}})
+  END)
 
 -- name: reach
 -- `scope` without the queue grant and the liveness check: whether the todo exists for this caller at
@@ -327,18 +332,29 @@ SELECT c.*,
 -- `held` for a list of items: the caller's claimed todos among %(ids)s, locked in id order (two
 -- batches naming the same todos cannot deadlock), each beside its own item: the presented token's
 -- hash, the report, the result (JSON null for none) and, for fail, whether to retry.
-WITH i AS (
-    SELECT * FROM unnest((SELECT %(ids)s::text[]), (SELECT %(token_hashes)s::bytea[]), (SELECT %(summaries)s::text[]),
-                         (SELECT %(summaries_truncated)s::boolean[]), (SELECT %(artifacts)s::text[]), (SELECT %(results)s::jsonb[]),
-                         (SELECT %(retries)s::boolean[]))
-           AS i(id, token_hash, summary, summary_truncated, artifact, result, retry)
-), t AS (
-    SELECT todos.id, todos.attempts_total, todos.attempt, todos.max_attempts, i.token_hash, i.summary,
+-- The shape is fixed whatever the planner estimates: the items sorted by id (a sorted subquery is
+-- not flattened), each looked up by primary key in a LATERAL subquery that locks it (FOR UPDATE keeps
+-- it a subquery), so the work grows with the items alone. The state test is written so that no
+-- partial index's predicate follows from it: the primary key is the only index the lookup can use
+-- (with `state = 'claimed'` in sight the planner may walk the queue's claimed todos for each item
+-- instead, which it prices the same while that index is small). Joined as a plain join, the generic plan
+-- (which sees neither the array's length nor the table's) scanned the queue's claimed todos and
+-- compared each with every item, rescanning the items for each: 100 x 100 comparisons per batch of
+-- 100 (docs/benchmarks.md, "Batched closes in linear time").
+WITH t AS (
+    SELECT x.id, x.attempts_total, x.attempt, x.max_attempts, i.token_hash, i.summary,
            i.summary_truncated, i.artifact, nullif(i.result, 'null'::jsonb) AS result, i.retry
-      FROM todos JOIN i ON i.id = todos.id
-     WHERE todos.id = ANY((SELECT %(ids)s::text[])::text[]) AND todos.state = 'claimed' AND {{scope}} AND {{holder}}
-     ORDER BY todos.id
-       FOR UPDATE OF todos
+      FROM (SELECT * FROM unnest((SELECT %(ids)s::text[]), (SELECT %(token_hashes)s::bytea[]),
+                                 (SELECT %(summaries)s::text[]), (SELECT %(summaries_truncated)s::boolean[]),
+                                 (SELECT %(artifacts)s::text[]), (SELECT %(results)s::jsonb[]),
+                                 (SELECT %(retries)s::boolean[]))
+                    AS i(id, token_hash, summary, summary_truncated, artifact, result, retry)
+             ORDER BY i.id LIMIT (SELECT cardinality(%(ids)s::text[]))) i
+     CROSS JOIN LATERAL (
+           SELECT todos.id, todos.attempts_total, todos.attempt, todos.max_attempts FROM todos
+            WHERE todos.id = i.id AND coalesce(todos.state, '') = 'claimed' AND {{scope_rows}} AND {{holder}}
+              FOR UPDATE OF todos) x
+     WHERE {{endpoint_live}}
 )
 
 -- name: fence_each
