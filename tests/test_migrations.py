@@ -250,3 +250,22 @@ async def test_two_migrators_at_once_apply_each_file_once(scratch_db):
     finally:
         await c1.close()
         await c2.close()
+
+
+async def test_the_held_leases_index_holds_team_todos_only(scratch_db):
+    """Migration 0027 (D48): every claim records the claiming endpoint, but only a team todo's lease is
+    ever looked up by it (a revocation's or a removal's hand-back), so an endpoint's own todo no longer
+    adds an entry to `todos_held_by` on every claim. The hand-back still finds its leases through it."""
+    conn = await _connect(scratch_db)
+    try:
+        await migrate.migrate(conn)
+        (idx,) = await _rows(conn, """SELECT pg_get_expr(i.indpred, i.indrelid) AS pred FROM pg_index i
+                                      WHERE i.indexrelid = 'todos_held_by'::regclass""")
+        assert "team_id IS NOT NULL" in idx["pred"]
+        await conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r["QUERY PLAN"] for r in await _rows(conn, """EXPLAIN SELECT id FROM todos
+            WHERE claimed_by_endpoint_id = ANY(ARRAY[gen_random_uuid()]) AND team_id IS NOT NULL
+              AND state IN ('claimed', 'input-required')"""))
+        assert "todos_held_by" in plan
+    finally:
+        await conn.close()

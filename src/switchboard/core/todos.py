@@ -730,10 +730,11 @@ async def _close_many(core: Core, caller: Caller, op: str, sql: str,
 
 async def _close_batch(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     by_id, errors = await _close_many(core, caller, op, sql, params)
+    shaped = {i: shapes.compact(row) for i, row in by_id.items()}
     if by_id:  # in the items' order
-        await core.bus.publish(*(events.build(op, by_id[i], by_id[i].get("closed_attempt"))
+        await core.bus.publish(*(events.build(op, by_id[i], by_id[i].get("closed_attempt"), todo=shaped[i])
                                  for i in params["ids"] if i in by_id))
-    return [{"id": i, "ok": True, "todo": shapes.compact(by_id[i])} if i in by_id
+    return [{"id": i, "ok": True, "todo": shaped[i]} if i in by_id
             else {"id": i, "ok": False, "error": errors[i].to_dict()} for i in params["ids"]]
 
 
