@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/group_bench.py --sizes 1,2,4,8,16,100 --todos 2000 --rounds 3
     .venv/bin/python bench/group_bench.py --analyze --backlog 1000000
+    .venv/bin/python bench/group_bench.py --no-attempts --sizes 1,16,100
 
 The question behind concurrent calls sharing a statement (core/combine.py, docs/decisions.md D47):
 how much of a claim + complete is paid per statement and how much per todo. One database on a fresh
@@ -13,7 +14,9 @@ CPU, and wall time; and per statement pair, the PostgreSQL CPU. Medians over the
 often PostgreSQL used the cached generic plan of each statement and how often it planned the call
 afresh (`pg_prepared_statements`): which it does depends on the tables' statistics, so `--analyze`
 adds as many done todos, each with its completed attempt, and runs VACUUM ANALYZE after the load (a
-fresh installation has no statistics until autovacuum runs).
+fresh installation has no statistics until autovacuum runs). `--no-attempts` drains each size a second
+time, in the same rounds, with the store benchmark's statements minus their attempt writes, and reports
+what the attempts cost per todo at that size (REQ-18).
 """
 
 from __future__ import annotations
@@ -59,16 +62,27 @@ PLANS = """SELECT generic_plans, custom_plans, left(regexp_replace(statement, '\
   FROM pg_prepared_statements ORDER BY generic_plans + custom_plans DESC"""
 
 
-async def run(args: argparse.Namespace) -> tuple[dict[int, dict[str, float]], list[tuple]]:
+async def drain_as(tenant: sb.Tenant, k: int, n: int, overlay) -> dict[str, float]:
+    """drain, with the core's statements or (overlay given) the store benchmark's others."""
+    if overlay is None:
+        return await drain(tenant, k, n)
+    with sb.statements_swapped(overlay):
+        return await drain(tenant, k, n)
+
+
+async def run(args: argparse.Namespace) -> tuple[dict[tuple[int, str], dict[str, float]], list[tuple]]:
     sizes = [int(s) for s in args.sizes.split(",")]
-    samples: dict[int, list[dict[str, float]]] = {k: [] for k in sizes}
+    variants = {"core": None}
+    if args.no_attempts:
+        variants["no-attempts"] = sb._Overlay("todos", sb.no_attempts_statements())
+    samples: dict[tuple[int, str], list[dict[str, float]]] = {(k, v): [] for k in sizes for v in variants}
     with sb.postgres_server() as (server_uri, how, _):
         dbs = sb.Databases(server_uri)
         try:
             uri = await dbs.create("group")
             tenant = await sb.open_tenant(uri, pool_max=2)
             # each drain may take up to one statement's worth past `--todos`; 500 for the warm-up
-            drained = (args.todos + max(sizes)) * len(sizes) * args.rounds + 500
+            drained = (args.todos + max(sizes)) * len(sizes) * len(variants) * args.rounds + 500
             await tenant.load(drained + args.backlog)
             if args.analyze:  # statistics of tables with rows in both: done todos with their attempts
                 await tenant.load_history(max(drained, min(args.backlog, 200_000)))
@@ -77,9 +91,10 @@ async def run(args: argparse.Namespace) -> tuple[dict[int, dict[str, float]], li
             for r in range(args.rounds):
                 order = sizes[r % len(sizes):] + sizes[:r % len(sizes)]
                 for k in order:
-                    samples[k].append(await drain(tenant, k, args.todos))
-                    print(f"  round {r + 1} k={k}: {samples[k][-1]['pg_us']:.0f} µs PostgreSQL per todo",
-                          file=sys.stderr)
+                    for v, overlay in variants.items():
+                        samples[k, v].append(await drain_as(tenant, k, args.todos, overlay))
+                        print(f"  round {r + 1} k={k} {v}: {samples[k, v][-1]['pg_us']:.0f} µs PostgreSQL per todo",
+                              file=sys.stderr)
             conn = await tenant.core.pool.getconn()
             rows = await (await conn.execute(PLANS)).fetchall()
             plans = [(r["generic_plans"], r["custom_plans"], r["head"]) for r in rows]
@@ -87,7 +102,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[int, dict[str, float]], li
             await tenant.core.pool.close()
         finally:
             await dbs.drop_all()
-    medians = {k: {key: statistics.median(s[key] for s in samples[k]) for key in samples[k][0]} for k in sizes}
+    medians = {kv: {key: statistics.median(s[key] for s in got) for key in got[0]} for kv, got in samples.items()}
     return medians, plans
 
 
@@ -98,6 +113,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--analyze", action="store_true", help="done todos with attempts, then VACUUM ANALYZE")
     p.add_argument("--backlog", type=int, default=0, help="pending todos left in the queue beyond those drained")
+    p.add_argument("--no-attempts", action="store_true",
+                   help="also drain each size without the attempt writes, and report what they cost")
     args = p.parse_args()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = sb.loadavg()[0]
@@ -108,8 +125,18 @@ def main() -> None:
     print("| todos per statement pair | PostgreSQL CPU per todo (µs) | Python CPU per todo (µs) |"
           " wall per todo (µs) | PostgreSQL CPU per pair (µs) |")
     print("| ---: | ---: | ---: | ---: | ---: |")
-    for k, m in out.items():
-        print(f"| {k} | {m['pg_us']:,.0f} | {m['py_us']:,.0f} | {m['wall_us']:,.0f} | {m['pg_pair_us']:,.0f} |")
+    for (k, v), m in out.items():
+        if v == "core":
+            print(f"| {k} | {m['pg_us']:,.0f} | {m['py_us']:,.0f} | {m['wall_us']:,.0f} | {m['pg_pair_us']:,.0f} |")
+    if args.no_attempts:
+        print("\n| todos per statement pair | PostgreSQL CPU per todo (µs), with attempts / without |"
+              " wall per todo (µs), with / without | throughput, with / without |")
+        print("| ---: | ---: | ---: | ---: |")
+        for (k, v), m in out.items():
+            if v == "core":
+                bare = out[k, "no-attempts"]
+                print(f"| {k} | {m['pg_us']:,.0f} / {bare['pg_us']:,.0f} | {m['wall_us']:,.0f} /"
+                      f" {bare['wall_us']:,.0f} | {bare['wall_us'] / m['wall_us']:.2f} |")
     print("\n| statement | generic plan used | planned afresh |\n| --- | ---: | ---: |")
     for generic, custom, head in plans:
         print(f"| `{head}…` | {generic:,} | {custom:,} |")
