@@ -269,3 +269,28 @@ async def test_the_held_leases_index_holds_team_todos_only(scratch_db):
         assert "todos_held_by" in plan
     finally:
         await conn.close()
+
+
+async def test_todo_ids_compare_byte_by_byte_and_survive_the_change(scratch_db):
+    """Migration 0028 (D49): the columns holding todo ids use the "C" collation (one memcmp per B-tree
+    step instead of the locale's comparison), all of them, so no comparison mixes two collations; rows
+    written before keep their ids and are still found by them."""
+    conn = await _connect(scratch_db)
+    try:
+        await migrate.migrate(conn, target=27)
+        tid = f"td_{uuid.uuid4()}"
+        await _seed_minimal(conn, tid)
+        await migrate.migrate(conn)
+        cols = await _rows(conn, """SELECT c.relname, a.attname, co.collname FROM pg_attribute a
+                                      JOIN pg_class c ON c.oid = a.attrelid
+                                      JOIN pg_collation co ON co.oid = a.attcollation
+                                     WHERE (c.relname, a.attname) IN (
+                                           ('todos', 'id'), ('todo_attempts', 'todo_id'),
+                                           ('hook_outbox', 'todo_id'), ('intake_seen', 'todo_id'))""")
+        assert {(c["relname"], c["collname"]) for c in cols} == {
+            ("todos", "C"), ("todo_attempts", "C"), ("hook_outbox", "C"), ("intake_seen", "C")}
+        (found,) = await _rows(conn, """SELECT count(*) AS n FROM todos t JOIN todo_attempts a ON a.todo_id = t.id
+                                         WHERE t.id = %s""", (tid,))
+        assert found["n"] == 1
+    finally:
+        await conn.close()
