@@ -275,7 +275,7 @@ def lever_statements(lever: str) -> dict[str, str]:
                      "%(claimer_endpoint_id)s::uuid END", "fk")
     if "ownscope" in pulled:  # measurement only: the human caller's half of `scope` left out
         scope = splice(_fragments()["scope"], _fragments(), "bench")
-        own = scope[scope.index("THEN ") + 5:scope.index("      ELSE ")].strip()
+        own = scope[scope.index("THEN ") + 5:scope.index("ELSE ")].strip()
         complete = _sub(complete, scope, f"({own} AND switchboard_endpoint_live(%(endpoint_id)s::uuid))", "ownscope")
     if "narrow" in pulled:
         x_cols = ", ".join(f"x.{c}" for c in TODO_COLUMNS.split(", "))
