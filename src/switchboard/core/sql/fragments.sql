@@ -337,7 +337,10 @@ SELECT c.*,
 -- it a subquery), so the work grows with the items alone. The state test is written so that no
 -- partial index's predicate follows from it: the primary key is the only index the lookup can use
 -- (with `state = 'claimed'` in sight the planner may walk the queue's claimed todos for each item
--- instead, which it prices the same while that index is small). Joined as a plain join, the generic plan
+-- instead, which it prices the same while that index is small). The LIMIT is the number of items, so
+-- it never cuts one; it makes the planner expect a tenth of its guess of ten rows, so a plan made for
+-- the values and the cached generic plan price the per-item lookups alike and the generic one is kept
+-- (D48). Joined as a plain join, the generic plan
 -- (which sees neither the array's length nor the table's) scanned the queue's claimed todos and
 -- compared each with every item, rescanning the items for each: 100 x 100 comparisons per batch of
 -- 100 (docs/benchmarks.md, "Batched closes in linear time").
@@ -356,6 +359,15 @@ WITH t AS (
               FOR UPDATE OF todos) x
      WHERE {{endpoint_live}}
 )
+
+-- name: held_attempt_each
+-- For a batched close: the open attempt `a` of each locked todo in `t`, found by its primary key and
+-- checked against the item's fence. It is open when it has no outcome (the table's
+-- attempt_open_or_closed makes that the same as `ended_at IS NULL`), written so because
+-- `ended_at IS NULL` lets the planner walk the index of every open attempt in the installation and
+-- compare each with every item (held_batch expects few items), where the key probe grows with the
+-- items alone (D48).
+a.todo_id = t.id AND a.seq = t.attempts_total AND a.outcome IS NULL AND {{fence_each}}
 
 -- name: fence_each
 -- `fence` for a batch: each open attempt `a` against the token hash of its own item in `t`.

@@ -278,18 +278,12 @@ SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
 -- complete for a list of items in one statement; a todo not held (or wrongly fenced) is left alone
 -- and missing from the rows returned, which the caller classifies per id. Each CTE passes on what the
 -- next needs (RETURNING may name the FROM items), so no step joins back to `t` or `a` by scanning it.
--- Each open attempt is found by its primary key from its locked todo. It is open when it has no
--- outcome (the table's attempt_open_or_closed makes that the same as `ended_at IS NULL`), written so
--- because `ended_at IS NULL` lets the planner walk the index of every open attempt in the
--- installation and compare each with every item (held_batch expects few items), where the key
--- probe grows with the items alone.
 {{held_batch}}, a AS (
     UPDATE todo_attempts a
        SET ended_at = now(), outcome = 'completed', disposition = 'done',
            summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
       FROM t
-     WHERE a.todo_id = t.id AND a.seq = t.attempts_total
-       AND a.outcome IS NULL AND {{fence_each}}
+     WHERE {{held_attempt_each}}
     RETURNING a.*, t.result AS item_result
 )
 UPDATE todos x
@@ -308,8 +302,7 @@ RETURNING x.*, to_jsonb(a) - 'item_result' AS closed_attempt
                               THEN 'retry_scheduled' ELSE 'dead_lettered' END,
            summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
       FROM t
-     WHERE a.todo_id = t.id AND a.seq = t.attempts_total
-       AND a.outcome IS NULL AND {{fence_each}}
+     WHERE {{held_attempt_each}}
     RETURNING a.*, t.result AS item_result
 )
 UPDATE todos x
