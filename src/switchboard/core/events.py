@@ -33,21 +33,37 @@ class Event:
     todo: dict[str, Any]
     endpoint_id: str
     queue: str
-    closed_attempt: dict[str, Any] | None = None
+    # The attempt the transition closed, as its statement returned it (a row of todo_attempts);
+    # `closed_attempt` is its REQ-7 shape, made when a subscriber first asks for it: a batch of 100
+    # closes publishes 100 events, and most subscribers read the outcome alone, if anything.
+    closed_row: dict[str, Any] | None = None
     final_attempt: dict[str, Any] | None = None
     ready: str | None = None
     source: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     team_id: str = ""  # a team todo's team (its endpoint_id is then "")
+    _closed_shape: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def todo_id(self) -> str:
         return str(self.todo["id"])
 
     @property
+    def closed_attempt(self) -> dict[str, Any] | None:
+        """The closed attempt's REQ-7 entry (shapes.attempt), or None when the transition closed none."""
+        if self._closed_shape is None and self.closed_row is not None:
+            self._closed_shape = shapes.attempt(self.closed_row)
+        return self._closed_shape
+
+    @property
+    def closed_outcome(self) -> str | None:
+        """The closed attempt's outcome (None when none closed), without shaping the attempt."""
+        return self.closed_row.get("outcome") if self.closed_row is not None else None
+
+    @property
     def dead_lettered(self) -> bool:
         return self.final_attempt is not None or bool(self.extra.get("dead_lettered")) or (
-            self.closed_attempt is not None and self.closed_attempt.get("disposition") == "dead_lettered")
+            self.closed_row is not None and self.closed_row.get("disposition") == "dead_lettered")
 
     def as_dict(self) -> dict[str, Any]:
         out = {"verb": self.verb, "todo": self.todo, "endpoint_id": self.endpoint_id, "queue": self.queue}
@@ -62,9 +78,9 @@ def build(verb: str, row: dict[str, Any], closed_raw: dict[str, Any] | None = No
           source: str | None = None, todo: dict[str, Any] | None = None, **extra: Any) -> Event:
     """Make the event of one committed transition from the returned todo row and closed attempt.
     `todo`: the row's compact shape when the caller already made it (the event keeps a copy)."""
-    closed = shapes.attempt(closed_raw) if closed_raw else None
     final = None
-    if closed is not None and closed["disposition"] == "dead_lettered":
+    if closed_raw and closed_raw.get("disposition") == "dead_lettered":
+        closed = shapes.attempt(closed_raw)
         final = {  # SPEC-0034 REQ-15
             "seq": closed["seq"], "outcome": closed["outcome"], "died": closed["died"],
             "summary": closed["summary"], "artifact": closed["artifact"],
@@ -74,7 +90,7 @@ def build(verb: str, row: dict[str, Any], closed_raw: dict[str, Any] | None = No
     team_id = row.get("team_id")
     shaped = dict(todo) if todo is not None else shapes.compact(row)
     return Event(verb=verb, todo=shaped, endpoint_id=str(endpoint_id) if endpoint_id else "",
-                 queue=row["queue"], closed_attempt=closed, final_attempt=final, ready=ready,
+                 queue=row["queue"], closed_row=closed_raw or None, final_attempt=final, ready=ready,
                  source=source, extra=extra, team_id=str(team_id) if team_id else "")
 
 

@@ -698,15 +698,25 @@ def _batch_params(core: Core, caller: Caller, items: object, allowed: frozenset[
     return _close_arrays(caller, each, with_retry=retry_default is not None)
 
 
+def _column(each: list[dict[str, Any]], key: str, absent: object = None) -> list[Any] | None:
+    """One parameter array of a batched close: the items' `key` values, or None (SQL NULL) when every
+    item has the `absent` value. held_batch's unnest pads a NULL array with NULLs, and the statement
+    reads a NULL as the absent value; dumping a list costs psycopg work per element in Python, which
+    for a batch of bare completes (no fence, no report) was a tenth of its Python time."""
+    values = [p[key] for p in each]
+    return None if all(v is absent for v in values) else values
+
+
 def _close_arrays(caller: Caller, each: list[dict[str, Any]], *, with_retry: bool) -> dict[str, Any]:
     """The parameters of complete_batch / fail_batch from the parameters of each todo's single close
     (id, token_hash, the report of _report and, for fail, retry); ids distinct."""
+    results = _column(each, "result")
     return {**scope_params(caller), "ids": [p["id"] for p in each],
-            "token_hashes": [p["token_hash"] for p in each],
-            "summaries": [p["summary"] for p in each],
-            "summaries_truncated": [p["summary_truncated"] for p in each],
-            "artifacts": [p["artifact"] for p in each],
-            "results": [p["result"] if p["result"] is not None else Jsonb(None) for p in each],
+            "token_hashes": _column(each, "token_hash"),
+            "summaries": _column(each, "summary"),
+            "summaries_truncated": _column(each, "summary_truncated", False),
+            "artifacts": _column(each, "artifact"),
+            "results": [r if r is not None else Jsonb(None) for r in results] if results is not None else None,
             "retries": [p["retry"] for p in each] if with_retry else None}
 
 

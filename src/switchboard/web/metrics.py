@@ -196,15 +196,15 @@ class Metrics:
             self.completed.labels(queue, "complete").inc()
         elif verb == "fail":
             self.completed.labels(queue, "fail").inc()
-        closed = ev.closed_attempt
-        if closed is not None and closed.get("outcome"):
-            self._closed(queue, closed["outcome"])
+        outcome = ev.closed_outcome
+        if outcome:
+            self._closed(queue, outcome)
 
     def on_events(self, events: Sequence[Event]) -> None:
         """The bus's batch form: a bulk push's `create` events are counted once per queue and source."""
         created: dict[tuple[str, str], int] = {}
         for ev in events:
-            if ev.verb == "create" and ev.closed_attempt is None and not ev.extra.get("admission_charged"):
+            if ev.verb == "create" and ev.closed_row is None and not ev.extra.get("admission_charged"):
                 key = (ev.queue, ev.source or "unknown")
                 created[key] = created.get(key, 0) + 1
             else:

@@ -331,7 +331,8 @@ SELECT c.*,
 -- name: held_batch
 -- `held` for a list of items: the caller's claimed todos among %(ids)s, locked in id order (two
 -- batches naming the same todos cannot deadlock), each beside its own item: the presented token's
--- hash, the report, the result (JSON null for none) and, for fail, whether to retry.
+-- hash, the report, the result (JSON null for none) and, for fail, whether to retry. An array other
+-- than %(ids)s may be NULL when no item has that value (unnest pads it with NULLs).
 -- The shape is fixed whatever the planner estimates: the items sorted by id (a sorted subquery is
 -- not flattened), each looked up by primary key in a LATERAL subquery that locks it (FOR UPDATE keeps
 -- it a subquery), so the work grows with the items alone. The state test is written so that no
@@ -346,7 +347,8 @@ SELECT c.*,
 -- 100 (docs/benchmarks.md, "Batched closes in linear time").
 WITH t AS (
     SELECT x.id, x.attempts_total, x.attempt, x.max_attempts, i.token_hash, i.summary,
-           i.summary_truncated, i.artifact, nullif(i.result, 'null'::jsonb) AS result, i.retry
+           coalesce(i.summary_truncated, false) AS summary_truncated, i.artifact,
+           nullif(i.result, 'null'::jsonb) AS result, i.retry
       FROM (SELECT * FROM unnest((SELECT %(ids)s::text[]), (SELECT %(token_hashes)s::bytea[]),
                                  (SELECT %(summaries)s::text[]), (SELECT %(summaries_truncated)s::boolean[]),
                                  (SELECT %(artifacts)s::text[]), (SELECT %(results)s::jsonb[]),
