@@ -602,6 +602,19 @@ async def heartbeat(core: Core, caller: Caller, todo_id: str, *, lease_ttl_secon
     return shapes.compact(row)
 
 
+_CLOSED_PREFIX = "closed."
+
+
+def _fold_closed(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of a statement that returns its closed attempt as `closed.<field>` columns (the fragment
+    closed_columns), with those columns folded into `closed_attempt`; other rows as they are."""
+    if _CLOSED_PREFIX + "seq" in row:
+        n = len(_CLOSED_PREFIX)
+        closed = {k[n:]: row.pop(k) for k in [k for k in row if k.startswith(_CLOSED_PREFIX)]}
+        row["closed_attempt"] = closed
+    return row
+
+
 async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any], *,
                  ready: str | None = None, batch_sql: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """One lease transition by the holder. With `batch_sql` (complete, fail) it runs alone or with the
@@ -615,7 +628,7 @@ async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict[str
         if alone is None:
             raise await _miss(core, caller, params["id"], op)
         row = alone
-    todo = shapes.compact(row)
+    todo = shapes.compact(_fold_closed(row))
     await core.bus.publish(events.build(op, row, row.get("closed_attempt"), ready=ready, todo=todo))
     return row, todo
 
@@ -727,7 +740,7 @@ async def _close_many(core: Core, caller: Caller, op: str, sql: str,
     conn = await core.pool.getconn()
     try:
         cur = await conn.execute(sql, params)
-        by_id = {r["id"]: r for r in await cur.fetchall()}
+        by_id = {r["id"]: _fold_closed(r) for r in await cur.fetchall()}
         missed = [i for i in params["ids"] if i not in by_id]
         seen = {}
         if missed:

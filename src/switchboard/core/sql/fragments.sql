@@ -420,3 +420,14 @@ SELECT 0 AS batch_ord, count(*)::int AS batch_made, now() AS created_at, NULL::t
        NULL::text AS owner, NULL::text AS assignee, NULL::int AS attempt, NULL::int AS max_attempts,
        NULL::timestamptz AS lease_expires_at, NULL::timestamptz AS next_retry_at, NULL::jsonb AS payload
   FROM made
+
+-- name: closed_columns
+-- The attempt `a` a complete or fail closed, as columns named `closed.<field>` (todos.py folds them
+-- into the row's `closed_attempt`): the fields of its REQ-7 entry and nothing else. Building it as
+-- to_jsonb(a) cost PostgreSQL the JSON of every column, the lease token's hash and the session
+-- included, and Python its parse, for every todo closed.
+a.seq AS "closed.seq", a.attempt AS "closed.attempt", a.claimer_kind AS "closed.claimer_kind",
+a.claimant AS "closed.claimant", a.claimed_at AS "closed.claimed_at",
+a.last_heartbeat_at AS "closed.last_heartbeat_at", a.ended_at AS "closed.ended_at",
+a.outcome AS "closed.outcome", a.disposition AS "closed.disposition", a.summary AS "closed.summary",
+a.summary_truncated AS "closed.summary_truncated", a.artifact AS "closed.artifact", a.notes AS "closed.notes"

@@ -249,7 +249,7 @@ RETURNING x.*
      WHERE x.id = a.todo_id
     RETURNING x.*
 )
-SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
+SELECT u.*, {{closed_columns}} FROM u JOIN a ON a.todo_id = u.id
 
 -- name: fail
 {{held}}, a AS (
@@ -272,7 +272,7 @@ SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
      WHERE x.id = a.todo_id
     RETURNING x.*
 )
-SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
+SELECT u.*, {{closed_columns}} FROM u JOIN a ON a.todo_id = u.id
 
 -- name: complete_batch
 -- complete for a list of items in one statement; a todo not held (or wrongly fenced) is left alone
@@ -291,7 +291,7 @@ UPDATE todos x
        updated_at = now()
   FROM a
  WHERE x.id = a.todo_id
-RETURNING x.*, to_jsonb(a) - 'item_result' AS closed_attempt
+RETURNING x.*, {{closed_columns}}
 
 -- name: fail_batch
 -- fail for a list of items in one statement, each with its own retry choice and backoff.
@@ -313,7 +313,7 @@ UPDATE todos x
            END
   FROM a
  WHERE x.id = a.todo_id
-RETURNING x.*, to_jsonb(a) - 'item_result' AS closed_attempt
+RETURNING x.*, {{closed_columns}}
 
 -- name: release
 {{held}}, a AS (
