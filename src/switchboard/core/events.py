@@ -9,6 +9,7 @@ affects the transition or the others.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -75,9 +76,11 @@ class Event:
 
 
 def build(verb: str, row: dict[str, Any], closed_raw: dict[str, Any] | None = None, *, ready: str | None = None,
-          source: str | None = None, todo: dict[str, Any] | None = None, **extra: Any) -> Event:
+          source: str | None = None, todo: dict[str, Any] | None = None, todo_is_copy: bool = False,
+          **extra: Any) -> Event:
     """Make the event of one committed transition from the returned todo row and closed attempt.
-    `todo`: the row's compact shape when the caller already made it (the event keeps a copy)."""
+    `todo`: the row's compact shape when the caller already made it (the event keeps a copy, unless
+    `todo_is_copy` says that the caller made it for events alone)."""
     final = None
     if closed_raw and closed_raw.get("disposition") == "dead_lettered":
         closed = shapes.attempt(closed_raw)
@@ -88,10 +91,16 @@ def build(verb: str, row: dict[str, Any], closed_raw: dict[str, Any] | None = No
         }
     endpoint_id = row.get("endpoint_id")
     team_id = row.get("team_id")
-    shaped = dict(todo) if todo is not None else shapes.compact(row)
-    return Event(verb=verb, todo=shaped, endpoint_id=str(endpoint_id) if endpoint_id else "",
+    shaped = (todo if todo_is_copy else dict(todo)) if todo is not None else shapes.compact(row)
+    return Event(verb=verb, todo=shaped, endpoint_id=_text(endpoint_id) if endpoint_id else "",
                  queue=row["queue"], closed_row=closed_raw or None, final_attempt=final, ready=ready,
-                 source=source, extra=extra, team_id=str(team_id) if team_id else "")
+                 source=source, extra=extra, team_id=_text(team_id) if team_id else "")
+
+
+@functools.lru_cache(maxsize=1024)
+def _text(value: object) -> str:
+    """str() of an endpoint's or team's id (a UUID): the events of one statement share a few."""
+    return str(value)
 
 
 Subscriber = Callable[[Event], Awaitable[None] | None]

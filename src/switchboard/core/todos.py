@@ -216,13 +216,13 @@ def _claim_events(pairs: Claimed, charged: frozenset[str] = frozenset()) -> list
     queue in `charged`) says so (`admission_charged`, counted by the metrics)."""
     evs = []
     for got, row in pairs:
-        todo = shapes.compact_of(got.todo)
+        todo = shapes.compact_of(got.todo)  # a copy: the events may share it
         if row.get("closed_attempt"):
-            evs.append(events.build("takeover", row, row["closed_attempt"], todo=todo))
+            evs.append(events.build("takeover", row, row["closed_attempt"], todo=todo, todo_is_copy=True))
         if row["queue"] in charged:
-            evs.append(events.build("claim", row, todo=todo, admission_charged=True))
+            evs.append(events.build("claim", row, todo=todo, todo_is_copy=True, admission_charged=True))
         else:
-            evs.append(events.build("claim", row, todo=todo))
+            evs.append(events.build("claim", row, todo=todo, todo_is_copy=True))
     return evs
 
 
@@ -602,16 +602,17 @@ async def heartbeat(core: Core, caller: Caller, todo_id: str, *, lease_ttl_secon
     return shapes.compact(row)
 
 
-_CLOSED_PREFIX = "closed."
+# The columns of the fragment closed_columns and the closed attempt's fields they hold.
+_CLOSED_COLUMNS = tuple((f"closed.{f}", f) for f in (
+    "seq", "attempt", "claimer_kind", "claimant", "claimed_at", "last_heartbeat_at", "ended_at", "outcome",
+    "disposition", "summary", "summary_truncated", "artifact", "notes"))
 
 
 def _fold_closed(row: dict[str, Any]) -> dict[str, Any]:
     """A row of a statement that returns its closed attempt as `closed.<field>` columns (the fragment
     closed_columns), with those columns folded into `closed_attempt`; other rows as they are."""
-    if _CLOSED_PREFIX + "seq" in row:
-        n = len(_CLOSED_PREFIX)
-        closed = {k[n:]: row.pop(k) for k in [k for k in row if k.startswith(_CLOSED_PREFIX)]}
-        row["closed_attempt"] = closed
+    if "closed.seq" in row:
+        row["closed_attempt"] = {f: row.pop(k) for k, f in _CLOSED_COLUMNS}
     return row
 
 
