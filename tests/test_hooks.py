@@ -293,6 +293,35 @@ async def test_ready_reasons_and_events_written_in_the_transition(core):
     assert (await sql(core, "SELECT count(*) AS n FROM hook_outbox"))[0]["n"] == 8
 
 
+async def test_a_batched_complete_queues_one_completed_row_per_todo_it_completed(core):
+    """A batched complete queues the todo.completed rows of its todos as single completes do: one per
+    completed todo of an endpoint with an enabled hook taking that event; none for an item refused,
+    for a hook that does not take the event, or for a disabled hook."""
+    w = await make_world(core)
+    wanted, _ = await hooks.add(core, w.h1, w.slug1, url="https://hooks.example.com/done",
+                                events=["todo.completed"])
+    await hooks.add(core, w.h1, w.slug1, url="https://hooks.example.com/ready", events=["todo.ready"])
+    off, _ = await hooks.add(core, w.h1, w.slug1, url="https://hooks.example.com/off", events=["todo.completed"])
+    await sql(core, "UPDATE notify_hooks SET enabled = false WHERE id = %s", (off["hook_id"],))
+    other = await make_world(core)
+    await hooks.add(core, other.h1, other.slug1, url="https://hooks.example.com/other", events=["todo.ready"])
+    mine = [await w.todo(f"t{i}") for i in range(3)]
+    theirs = await other.todo()
+    for t in mine[:2]:
+        await todos.claim(core, w.e1, t["id"])
+    await todos.claim(core, other.e1, theirs["id"])
+    out = await todos.complete_batch(core, w.e1, [{"id": t["id"]} for t in mine])
+    assert [o["ok"] for o in out] == [True, True, False]  # the third was never claimed
+    await todos.complete_batch(core, other.e1, [{"id": theirs["id"]}])
+    rows = await sql(core, "SELECT hook_id, event, todo_id, body FROM hook_outbox WHERE event = 'todo.completed'"
+                           " ORDER BY todo_id")
+    assert [(str(r["hook_id"]), r["todo_id"]) for r in rows] == sorted(
+        (wanted["hook_id"], t["id"]) for t in mine[:2])
+    body = rows[0]["body"]
+    assert set(body) == READY_FIELDS - {"reason"} and body["type"] == "todo.completed"
+    assert body["endpoint"] == w.slug1 and body["attempt"] == 1 and body["attempts_total"] == 1
+
+
 def test_bodies_stay_within_4_kib():
     body = {"type": "todo.dead_lettered", "reason": "failed", "todo_id": "td_x", "queue": "q" * 64,
             "kind": "k" * 64, "source": "s" * 32, "title": "é" * 200, "endpoint": "abcdefghijkm", "attempt": 5,
