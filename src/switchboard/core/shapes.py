@@ -85,7 +85,10 @@ def full(row: dict[str, Any]) -> dict[str, Any]:
 
 def compact_of(full_shape: dict[str, Any]) -> dict[str, Any]:
     """The compact shape inside a full one (a copy)."""
-    return {k: v for k, v in full_shape.items() if k not in FULL_ONLY}
+    out = dict(full_shape)  # copied in C, then the few full-only keys dropped
+    for k in FULL_ONLY:
+        out.pop(k, None)
+    return out
 
 
 def attempt(a: dict[str, Any]) -> dict[str, Any]:
