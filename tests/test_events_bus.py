@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from core_world import lapse, make_due, make_world, sql
-from switchboard.core import endpoints, hooks, rings, sweeps, todos
+from switchboard.core import endpoints, hooks, rings, shapes, sweeps, todos
 from switchboard.core.errors import Conflict
 from switchboard.core.queries import Q
 from switchboard.db.listen import ReadyListener
@@ -84,6 +84,35 @@ async def test_a_failing_subscriber_never_affects_the_transition_or_other_subscr
     assert (await sql(core, "SELECT state FROM todos WHERE id = %s", (t["id"],)))[0]["state"] == "done"
     assert before.verbs == after.verbs == ["create", "claim", "complete"]
     assert after.events[-1].closed_attempt["outcome"] == "completed"
+
+
+async def test_the_attempt_each_close_ends_reaches_its_event_whole(core):
+    """complete, fail and their batched forms return the attempt they close as columns, folded into
+    the row the event is built from (D50): each event's closed_attempt is the REQ-7 entry of the
+    attempt as stored, report and last note included, and a dead letter's REQ-15 fields are there
+    without a subscriber asking for the shape first."""
+    w = await make_world(core)
+    rec = Recorder()
+    unsubscribe = core.bus.subscribe(rec)
+    try:
+        made = [await w.todo(f"t{i}") for i in range(4)]
+        for t in made:
+            await todos.claim(core, w.e1, t["id"])
+            await todos.heartbeat(core, w.e1, t["id"], note=f"working on {t['title']}")
+        await todos.complete(core, w.e1, made[0]["id"], summary="one", artifact="https://example.com/a")
+        await todos.fail(core, w.e1, made[1]["id"], summary="two", retry=False)
+        await todos.complete_batch(core, w.e1, [{"id": made[2]["id"], "summary": "three"}])
+        await todos.fail_batch(core, w.e1, [{"id": made[3]["id"], "artifact": "https://example.com/d"}])
+    finally:
+        unsubscribe()
+    closes = [e for e in rec.events if e.verb in ("complete", "fail")]
+    assert [e.todo_id for e in closes] == [t["id"] for t in made]
+    assert closes[1].final_attempt is not None and closes[1].final_attempt["summary"] == "two"
+    for e in closes:
+        (row,) = await sql(core, "SELECT * FROM todo_attempts WHERE todo_id = %s", (e.todo_id,))
+        assert e.closed_outcome == row["outcome"]
+        assert e.closed_attempt == shapes.attempt(row)
+        assert e.closed_attempt["last_note"]["text"] == f"working on {e.todo['title']}"
 
 
 async def test_a_failing_batch_subscriber_never_affects_the_others(core):
