@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from switchboard.core import queries
+from switchboard.core import queries, todos
 from switchboard.core.queries import CatalogueError, Q
 
 SRC = Path(queries.__file__).resolve().parent.parent  # src/switchboard
@@ -78,3 +78,13 @@ def test_the_claim_and_close_statements_fit_psycopgs_parse_cache(name):
 def test_the_statements_keep_no_indentation_but_keep_their_lines():
     body = queries.parse("-- name: s\nSELECT 1\n    FROM t  -- a note stays on its line\n  WHERE x\n", "f")["s"]
     assert body == "SELECT 1\nFROM t  -- a note stays on its line\nWHERE x"
+
+
+def test_the_closed_columns_are_the_attempt_fields_the_python_folds():
+    """`closed_columns` (SQL) and todos.CLOSED_COLUMNS (Python) name the same columns in the same order,
+    each the attempt-row field shapes.attempt reads: a column the Python does not fold would be left in
+    the todo row, one it folds and the SQL lacks would fail every complete and fail."""
+    fragment = queries.parse((SQL / "fragments.sql").read_text("utf-8"), "fragments")["closed_columns"]
+    pairs = re.findall(r'a\.(\w+) AS "(closed\.\w+)"', fragment)
+    assert [(alias, column) for column, alias in pairs] == list(todos.CLOSED_COLUMNS)
+    assert all(alias == f"closed.{column}" for column, alias in pairs)

@@ -17,6 +17,8 @@ ATTEMPT_FIELDS = ("seq", "attempt", "claimer_kind", "claimant", "claimed_at", "l
                   "last_note")
 # get_todo's attempts add every kept note; a claim's prior_attempts carry only the last one.
 DETAIL_ATTEMPT_FIELDS = ATTEMPT_FIELDS + ("notes",)
+# The columns of an attempt row that `attempt` reads (`died` and `last_note` it derives).
+ATTEMPT_ROW_FIELDS = tuple(f for f in ATTEMPT_FIELDS if f not in ("died", "last_note")) + ("notes",)
 
 
 def ts(value: Any) -> str | None:

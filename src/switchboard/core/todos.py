@@ -602,17 +602,16 @@ async def heartbeat(core: Core, caller: Caller, todo_id: str, *, lease_ttl_secon
     return shapes.compact(row)
 
 
-# The columns of the fragment closed_columns and the closed attempt's fields they hold.
-_CLOSED_COLUMNS = tuple((f"closed.{f}", f) for f in (
-    "seq", "attempt", "claimer_kind", "claimant", "claimed_at", "last_heartbeat_at", "ended_at", "outcome",
-    "disposition", "summary", "summary_truncated", "artifact", "notes"))
+# The columns of the fragment closed_columns (tests/test_queries.py holds the two together) and the
+# closed attempt's fields they hold: what shapes.attempt reads of an attempt row.
+CLOSED_COLUMNS = tuple((f"closed.{f}", f) for f in shapes.ATTEMPT_ROW_FIELDS)
 
 
 def _fold_closed(row: dict[str, Any]) -> dict[str, Any]:
     """A row of a statement that returns its closed attempt as `closed.<field>` columns (the fragment
     closed_columns), with those columns folded into `closed_attempt`; other rows as they are."""
     if "closed.seq" in row:
-        row["closed_attempt"] = {f: row.pop(k) for k, f in _CLOSED_COLUMNS}
+        row["closed_attempt"] = {f: row.pop(k) for k, f in CLOSED_COLUMNS}
     return row
 
 
@@ -724,13 +723,12 @@ def _column(each: list[dict[str, Any]], key: str, absent: object = None) -> list
 def _close_arrays(caller: Caller, each: list[dict[str, Any]], *, with_retry: bool) -> dict[str, Any]:
     """The parameters of complete_batch / fail_batch from the parameters of each todo's single close
     (id, token_hash, the report of _report and, for fail, retry); ids distinct."""
-    results = _column(each, "result")
     return {**scope_params(caller), "ids": [p["id"] for p in each],
             "token_hashes": _column(each, "token_hash"),
             "summaries": _column(each, "summary"),
             "summaries_truncated": _column(each, "summary_truncated", False),
             "artifacts": _column(each, "artifact"),
-            "results": [r if r is not None else Jsonb(None) for r in results] if results is not None else None,
+            "results": _column(each, "result"),
             "retries": [p["retry"] for p in each] if with_retry else None}
 
 

@@ -331,8 +331,8 @@ SELECT c.*,
 -- name: held_batch
 -- `held` for a list of items: the caller's claimed todos among %(ids)s, locked in id order (two
 -- batches naming the same todos cannot deadlock), each beside its own item: the presented token's
--- hash, the report, the result (JSON null for none) and, for fail, whether to retry. An array other
--- than %(ids)s may be NULL when no item has that value (unnest pads it with NULLs).
+-- hash, the report, the result (null or JSON null for none) and, for fail, whether to retry. An array
+-- other than %(ids)s may be NULL when no item has that value (unnest pads it with NULLs).
 -- The shape is fixed whatever the planner estimates: the items sorted by id (a sorted subquery is
 -- not flattened), each looked up by primary key in a LATERAL subquery that locks it (FOR UPDATE keeps
 -- it a subquery), so the work grows with the items alone. The state test is written so that no
