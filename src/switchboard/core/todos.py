@@ -208,7 +208,7 @@ def _claim_params(core: Core, caller: Caller, lease_ttl_seconds: int | None, req
 
 def _result(row: dict[str, Any], token: str | None) -> ClaimResult:
     return ClaimResult(todo=shapes.full(row), attempt_seq=row["attempt_seq"], attempts_total=row["attempts_total"],
-                       prior_attempts=[shapes.attempt(a) for a in row["prior_attempts"]], lease_token=token)
+                       prior_attempts=[shapes.attempt(a) for a in row["prior_attempts"] or ()], lease_token=token)
 
 
 def _claim_events(pairs: Claimed, charged: frozenset[str] = frozenset()) -> list[events.Event]:

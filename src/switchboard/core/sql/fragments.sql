@@ -171,7 +171,8 @@ SELECT r.* FROM (
 
 -- name: claim_tail
 -- Shared by claim and claim_next: `t(id, prior_state, prior_total)` is the locked todo. A first attempt
--- skips the prior-attempts read (it has none). Written tight: the claim statements stay under the 4,096
+-- skips the prior-attempts read (it has none), and none is NULL, not an empty array, so that Python
+-- does not parse `[]` for most claims (todos._result reads NULL as none). Written tight: the claim statements stay under the 4,096
 -- characters up to which psycopg caches a statement's parsing.
 , cap AS (
 SELECT greatest(5, coalesce((SELECT value::int FROM settings WHERE key = 'attempt_history_max_per_todo'),
@@ -204,8 +205,8 @@ WHERE a.todo_id = c.id AND a.seq <= c.attempts_pruned AND a.ended_at IS NOT NULL
 RETURNING a.seq
 )
 SELECT c.*, (SELECT seq FROM opened) AS attempt_seq, (SELECT to_jsonb(cl) FROM closed cl) AS closed_attempt,
-CASE WHEN c.attempts_total = 1 THEN '[]'::jsonb ELSE
-(SELECT coalesce(jsonb_agg(to_jsonb(p) || {{last_note_only}} ORDER BY p.seq DESC), '[]'::jsonb)
+CASE WHEN c.attempts_total > 1 THEN
+(SELECT jsonb_agg(to_jsonb(p) || {{last_note_only}} ORDER BY p.seq DESC)
 FROM (SELECT z.* FROM (SELECT a.* FROM todo_attempts a
 WHERE a.todo_id = c.id AND a.ended_at IS NOT NULL AND a.seq > c.attempts_pruned
 UNION ALL SELECT * FROM closed) z
@@ -274,7 +275,7 @@ SELECT r.* FROM (
 -- 1-based rank, which picks each one's lease token hash from %(new_token_hashes)s (null unfenced).
 -- Every todo gets its own takeover close, counters, attempt and prior attempts, as claim_tail does;
 -- the history reads and the prune are skipped for the todos that cannot have any (first attempts,
--- nothing to prune), which most of a batch are.
+-- nothing to prune), which most of a batch are; no prior attempts is NULL, as in claim_tail.
 , cap AS (
     SELECT greatest(5, coalesce((SELECT value::int FROM settings
                                    WHERE key = 'attempt_history_max_per_todo'), 50)) AS n
@@ -315,8 +316,8 @@ SELECT r.* FROM (
 SELECT c.*,
        c.attempts_total AS attempt_seq,
        (SELECT to_jsonb(cl) FROM closed cl WHERE cl.todo_id = c.id) AS closed_attempt,
-       CASE WHEN c.attempts_total = 1 THEN '[]'::jsonb ELSE  -- a first attempt has none to read
-       (SELECT coalesce(jsonb_agg(to_jsonb(p) || {{last_note_only}} ORDER BY p.seq DESC), '[]'::jsonb)
+       CASE WHEN c.attempts_total > 1 THEN  -- a first attempt has none to read
+       (SELECT jsonb_agg(to_jsonb(p) || {{last_note_only}} ORDER BY p.seq DESC)
           FROM (SELECT z.* FROM (SELECT a.* FROM todo_attempts a
                                   WHERE a.todo_id = c.id AND a.ended_at IS NOT NULL
                                     AND a.seq > c.attempts_pruned
@@ -425,9 +426,10 @@ SELECT 0 AS batch_ord, count(*)::int AS batch_made, now() AS created_at, NULL::t
 -- The attempt `a` a complete or fail closed, as columns named `closed.<field>` (todos.py folds them
 -- into the row's `closed_attempt`): the fields of its REQ-7 entry and nothing else. Building it as
 -- to_jsonb(a) cost PostgreSQL the JSON of every column, the lease token's hash and the session
--- included, and Python its parse, for every todo closed.
+-- included, and Python its parse, for every todo closed. No notes is NULL rather than `[]`, which
+-- Python would parse for nearly every close (shapes reads NULL as none).
 a.seq AS "closed.seq", a.attempt AS "closed.attempt", a.claimer_kind AS "closed.claimer_kind",
 a.claimant AS "closed.claimant", a.claimed_at AS "closed.claimed_at",
 a.last_heartbeat_at AS "closed.last_heartbeat_at", a.ended_at AS "closed.ended_at",
 a.outcome AS "closed.outcome", a.disposition AS "closed.disposition", a.summary AS "closed.summary",
-a.summary_truncated AS "closed.summary_truncated", a.artifact AS "closed.artifact", a.notes AS "closed.notes"
+a.summary_truncated AS "closed.summary_truncated", a.artifact AS "closed.artifact", nullif(a.notes, '[]'::jsonb) AS "closed.notes"
