@@ -1,8 +1,9 @@
 """Races on team queues and admission control for real (issue 13; SYSTEM.md section 17): concurrent
 connections from one pool, each race repeated ROUNDS times, the invariant checker after every round.
 
-- twenty endpoints of three members drain one team queue: no todo claimed twice, every attempt closed
-  exactly once (the holder's own two sessions racing to close it, another member's endpoint refused);
+- twenty endpoints of three members drain one team queue (their concurrent claims sharing statements
+  in half the rounds, D51): no todo claimed twice, every attempt closed exactly once (the holder's
+  own two sessions racing to close it, another member's endpoint refused);
 - a member's removal races their endpoint's claim (by id and claim_next): afterwards no holder is
   outside reach, and a claim that won had its lease handed back (`released`, `requeued`); the same
   for an endpoint's revocation (`revoked`, `requeued`);
@@ -66,7 +67,10 @@ async def test_race_twenty_endpoints_of_three_members_on_one_team_queue(rcore):
                 await todos.claim(core, callers[(r + k) % 20], t)
                 await lapse(core, t)
         order = random.sample(range(20), 20)
-        results = await asyncio.gather(*(todos.claim_next(core, callers[i]) for i in order))
+        # half the rounds name the team queue: claim_next then searches it alone, and the concurrent
+        # calls of the twenty endpoints share statements (D51); the others search both queues
+        on = f.label if r % 4 < 2 else None
+        results = await asyncio.gather(*(todos.claim_next(core, callers[i], queue=on) for i in order))
         won = {i: g for i, g in zip(order, results, strict=True) if g is not None}
         ids = [g.todo["id"] for g in won.values()]
         assert len(ids) == len(set(ids)), ids  # no double claim
@@ -201,7 +205,7 @@ async def test_race_max_in_flight_three_under_ten_claimers(rcore):
                 await asyncio.sleep(0)
 
         sampler = asyncio.create_task(sample())
-        calls = [todos.take_next(core, c) for c in callers[:7]]
+        calls = [todos.take_next(core, c, queue=f.label if r % 2 else None) for c in callers[:7]]
         calls += [todos.take_next(core, c, max_todos=2) for c in callers[7:9]]
         calls.append(todos.claim(core, callers[9], by_id))
         results = await asyncio.gather(*calls, return_exceptions=True)

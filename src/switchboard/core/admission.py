@@ -171,16 +171,22 @@ async def admitted(cur: psycopg.AsyncCursor[DictRow], queue: str) -> Verdicts:
     return Verdicts({r["queue"]: dict(r) for r in rows})
 
 
-async def claim_admitted(conn: AsyncConnection[DictRow], queue: str,
-                         params: dict[str, Any]) -> tuple[Verdicts, list[dict[str, Any]]]:
+async def claim_admitted(conn: AsyncConnection[DictRow], queue: str, params: dict[str, Any], *,
+                         group: bool = False) -> tuple[Verdicts, list[dict[str, Any]]]:
     """The fast path of claim_next for one todo on ONE policed queue, as one autocommit statement
     (`claim_next_team_admitted` / `claim_next_own_admitted`, migration 0022): lock a shard and judge,
     claim at most one todo, charge exactly what was claimed to that shard. `params` are the claim's
     (the calling endpoint's). Returns the verdict (none: `queue` has no policy) and the claimed rows.
     Raises Refused, with nothing changed, when the policy does not admit the claim now; a racing
     transition's exclusion violation stays what it is; another failure is what `verdict_error` makes
-    of it."""
-    sql = Q.admission.claim_next_team_admitted if inputs.is_team_label(queue) else Q.admission.claim_next_own_admitted
+    of it. `group`: the claims of several endpoints on one team queue (`claim_next_team_group_admitted`,
+    core/todos.py `_fleet_group`), `params` theirs."""
+    if group:
+        sql = Q.admission.claim_next_team_group_admitted
+    elif inputs.is_team_label(queue):
+        sql = Q.admission.claim_next_team_admitted
+    else:
+        sql = Q.admission.claim_next_own_admitted
     try:
         cur = await conn.execute(sql, {**params, "queue": queue})
         got = await cur.fetchall()

@@ -17,12 +17,17 @@ if TYPE_CHECKING:
     from ..config import Settings
     from .admission import PolicedEndpoints
     from .events import HookBus
-    from .todos import ClaimResult
+    from .todos import ClaimResult, FleetClaim, FleetClose
 
     # A claim_next call waiting to run with others (its parameters and lease token) and what it gets
     # (its todo with the row it came from, or None); a close and the row it closed (core/todos.py).
     ClaimCombiner = Combiner[tuple[dict[str, Any], str | None], tuple[ClaimResult, dict[str, Any]] | None]
     CloseCombiner = Combiner[dict[str, Any], dict[str, Any]]
+    # claim_next calls of any endpoints on one team queue (a fleet's), and what each gets: its todos
+    # and the queues admission control deferred, as todos.take_next answers.
+    FleetCombiner = Combiner[FleetClaim, tuple[list[ClaimResult], list[dict[str, Any]]]]
+    # completes or fails of any endpoints whose one queue is a team queue, and the row each closed.
+    FleetCloseCombiner = Combiner[FleetClose, dict[str, Any]]
 
 # The drain family of verbs an endpoint may be granted (SPEC-0034 REQ-8, REQ-9).
 VERBS = ("list_todos", "get_todo", "claim", "claim_next", "heartbeat", "complete", "fail", "release",
@@ -99,8 +104,8 @@ def _new_combiner() -> Combiner[Any, Any]:
 class Core:
     """What every core function works with: the pool, the settings and the hook bus; and what this
     process remembers for routing only: the endpoints admission control polices, and the claims and
-    closes that run now, which concurrent ones of the same caller join (core/combine.py; the setting
-    `combine_calls` false runs every call alone)."""
+    closes that run now, which concurrent ones of the same caller join, or on a team queue of any of
+    its endpoints (core/combine.py; the setting `combine_calls` false runs every call alone)."""
 
     pool: AsyncConnectionPool[AsyncConnection[DictRow]]
     settings: Settings
@@ -108,6 +113,8 @@ class Core:
     policed: PolicedEndpoints = field(default_factory=_new_policed)
     claims: ClaimCombiner = field(default_factory=_new_combiner)
     closes: CloseCombiner = field(default_factory=_new_combiner)
+    fleet_claims: FleetCombiner = field(default_factory=_new_combiner)
+    fleet_closes: FleetCloseCombiner = field(default_factory=_new_combiner)
 
 
 def scope_params(caller: Caller) -> dict[str, Any]:

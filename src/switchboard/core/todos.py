@@ -7,6 +7,7 @@ statement returns, that is after commit.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import uuid
 from dataclasses import dataclass
@@ -361,6 +362,7 @@ def _next_statement(queues: list[str], params: dict[str, Any], batch: bool) -> s
     if team:
         params["queues"] = [q for q in queues if not inputs.is_team_label(q)]
         params["team_queues"] = team
+        params["owners"] = [params["owner"]]  # claim_team_batch_arms: the claimers' owners
         return Q.todos.claim_next_mixed_batch if batch else Q.todos.claim_next_mixed
     if len(queues) == 1:  # the common case, with a statement PostgreSQL plans once (todos.sql)
         params["queue"] = queues[0]
@@ -408,9 +410,19 @@ async def take_next(core: Core, caller: EndpointCaller, *, queue: str | None = N
     n = inputs.max_todos(max_todos) if max_todos is not None else None
     queues = _claim_queues(caller, queue)
     params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
+    if n is None and core.settings.combine_calls and len(queues) == 1 and inputs.is_team_label(queues[0]):
+        # one team queue searched: the claim may join those of other endpoints on it (D51)
+        return await _take_with_fleet(core, FleetClaim(caller, queues[0], params, token))
+    return await _take(core, caller, queues, params, n, token, combine=n is None and core.settings.combine_calls)
+
+
+async def _take(core: Core, caller: EndpointCaller, queues: list[str], params: dict[str, Any], n: int | None,
+                token: str | None, *, combine: bool) -> tuple[list[ClaimResult], list[dict[str, Any]]]:
+    """take_next once its arguments are checked: unpoliced queues first (with `combine`, the one
+    todo's claim joins the concurrent ones of the same caller), then the policed path."""
     fenced = token is not None
     if caller.endpoint_id not in core.policed:
-        if n is None and core.settings.combine_calls:
+        if combine:
             pairs = await _claim_with_others(core, caller, queues, params, fenced, token)
         else:
             pairs = await _claim_pooled(core, queues, params, n, fenced, token)
@@ -421,6 +433,96 @@ async def take_next(core: Core, caller: EndpointCaller, *, queue: str | None = N
         if not policed:
             return [], []
     return await _take_policed(core, caller, queues, params, n, fenced, token)
+
+
+# ------------------------------------------------------------------- a fleet's claims, together
+
+@dataclass(frozen=True)
+class FleetClaim:
+    """A claim_next for one todo on one team queue, waiting to run with the concurrent ones of other
+    endpoints on that queue: its caller, the queue, its checked parameters and its lease token."""
+
+    caller: EndpointCaller
+    queue: str
+    params: dict[str, Any]
+    token: str | None
+
+
+async def _take_with_fleet(core: Core, claim: FleetClaim) -> tuple[list[ClaimResult], list[dict[str, Any]]]:
+    """claim_next of one todo on a team queue, alone or with the concurrent calls of any endpoints on
+    that queue with the same lease length and fencing (core/combine.py, docs/decisions.md D51): a
+    fleet of agents, each with its own credential, draining one queue. A group is one statement
+    (`claim_next_team_group`, or its policed form), each todo claimed for the call it goes to as that
+    call alone would claim it; a call the statement gives nothing (its endpoint no longer reaches the
+    queue, a todo assigned elsewhere, the queue dry or refused by admission) is answered alone."""
+    key = ("fleet", claim.queue, claim.params["ttl"], claim.token is not None)
+    return await core.fleet_claims.submit(key, claim, functools.partial(_fleet_group, core))
+
+
+async def _alone(core: Core, claim: FleetClaim) -> tuple[list[ClaimResult], list[dict[str, Any]]] | BaseException:
+    try:
+        return await _take(core, claim.caller, [claim.queue], claim.params, None, claim.token, combine=False)
+    except Exception as exc:  # this call's own outcome
+        return exc
+
+
+async def _fleet_group(core: Core, claims: list[FleetClaim]) -> list[Any]:
+    """Run one group of _take_with_fleet: a call alone as take_next runs it; several in one statement,
+    and the calls it gave no todo alone, concurrently."""
+    if len(claims) == 1:
+        return [await _alone(core, claims[0])]
+    queue = claims[0].queue
+    ids = [c.caller.endpoint_id for c in claims]
+    policed = any(i in core.policed for i in ids)
+    if policed and any(core.policed.refused(i, queue) for i in ids):  # lately refused: the locked path
+        return list(await asyncio.gather(*(_alone(core, c) for c in claims)))
+    outs: list[Any] = [None] * len(claims)
+    got = await _claim_fleet(core, queue, claims, policed)
+    if got is not None:
+        verdicts, pairs = got
+        if not policed or not verdicts.rows:
+            for endpoint_id in set(ids):
+                core.policed.mark(endpoint_id, False)
+        await _claimed(core, [(result, row) for result, row, _ in pairs], verdicts if policed else None)
+        for k, (result, _row, at) in enumerate(pairs, start=1):
+            if verdicts.rows:
+                result.admission = verdicts.usage_after(queue, k)
+            outs[at] = ([result], [])
+    left = [at for at, out in enumerate(outs) if out is None]
+    for at, out in zip(left, await asyncio.gather(*(_alone(core, claims[at]) for at in left)), strict=True):
+        outs[at] = out
+    return outs
+
+
+async def _claim_fleet(core: Core, queue: str, claims: list[FleetClaim], policed: bool,
+                       ) -> tuple[admission.Verdicts, list[tuple[ClaimResult, dict[str, Any], int]]] | None:
+    """The group statement of _fleet_group: the verdict (none unpoliced) and each todo claimed with its
+    row and the place of the call it went to; None when the statement failed (a refusal of the group's
+    claims, a racing transition's exclusion violation at commit, or anything else): every call is then
+    answered alone, as it would have been without the others."""
+    tokens = [new_lease_token() for _ in claims] if claims[0].token is not None else None
+    params = {"queue": queue, "ttl": claims[0].params["ttl"], "max_todos": len(claims),
+              "endpoint_id": claims[0].caller.endpoint_id,
+              "claimers": [c.caller.endpoint_id for c in claims], "owners": [c.caller.owner for c in claims],
+              "sessions": [c.caller.session_id for c in claims],
+              "claimants": [c.params["claimant"] for c in claims],
+              "new_token_hashes": [sha256(t) for t in tokens] if tokens else None}
+    conn = await core.pool.getconn()
+    try:
+        if policed:
+            verdicts, rows = await admission.claim_admitted(conn, queue, params, group=True)
+        else:
+            cur = await conn.execute(Q.todos.claim_next_team_group, params)
+            verdicts, rows = admission.Verdicts({}), list(await cur.fetchall())
+    except admission.Refused:
+        for c in claims:
+            core.policed.note(c.caller.endpoint_id, queue, True)
+        return None
+    except (psycopg.DatabaseError, CoreError):
+        return None
+    finally:
+        await core.pool.putconn(conn)
+    return verdicts, [(_result(row, tokens[row["i"] - 1] if tokens else None), row, row["i"] - 1) for row in rows]
 
 
 async def _claim_pooled(core: Core, queues: list[str], params: dict[str, Any], n: int | None,
@@ -616,11 +718,18 @@ def _fold_closed(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any], *,
-                 ready: str | None = None, batch_sql: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                 ready: str | None = None, batch_sql: str | None = None,
+                 fleet_sql: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """One lease transition by the holder. With `batch_sql` (complete, fail) it runs alone or with the
     concurrent ones of the same op and caller scope (core/combine.py) as one `batch_sql` statement,
-    which does for each todo what `sql` does for one. Returns the row and its compact shape."""
-    if batch_sql is not None and core.settings.combine_calls:
+    which does for each todo what `sql` does for one; an endpoint whose only queue is a team queue
+    joins instead the concurrent ones of every endpoint on that queue, as one `fleet_sql` statement
+    (D51). Returns the row and its compact shape."""
+    fleet = _fleet_queue(caller) if core.settings.combine_calls else None
+    if fleet is not None and fleet_sql is not None and isinstance(caller, EndpointCaller):
+        row = await core.fleet_closes.submit((op, fleet), FleetClose(caller, params),
+                                             functools.partial(_fleet_close_group, core, op, sql, fleet_sql, fleet))
+    elif batch_sql is not None and core.settings.combine_calls:
         key = (op, caller.with_session(None) if isinstance(caller, EndpointCaller) else caller)
         row = await core.closes.submit(key, params, functools.partial(_close_group, core, caller, op, sql, batch_sql))
     else:
@@ -659,13 +768,74 @@ async def _close_group(core: Core, caller: Caller, op: str, sql: str, batch_sql:
     return out
 
 
+def _fleet_queue(caller: Caller) -> str | None:
+    """The team queue of an endpoint granted that queue alone (a fleet's member): its held todos are
+    that queue's, so its closes may join those of the fleet's other endpoints."""
+    if isinstance(caller, EndpointCaller) and len(caller.queues) == 1 and inputs.is_team_label(caller.queues[0]):
+        return caller.queues[0]
+    return None
+
+
+@dataclass(frozen=True)
+class FleetClose:
+    """A complete or fail waiting to run with the concurrent ones of other endpoints on its team queue:
+    the caller and the parameters of its single statement."""
+
+    caller: EndpointCaller
+    params: dict[str, Any]
+
+
+async def _fleet_close_group(core: Core, op: str, sql: str, fleet_sql: str, queue: str,
+                             items: list[FleetClose]) -> list[Any]:
+    """Run one group of fleet closes: a call alone is `sql`; several are one `fleet_sql` statement over
+    the first occurrence of each id, each item checked against its own endpoint. A call the statement
+    did not close (not held by its endpoint, wrongly fenced, its endpoint no longer live or in reach,
+    a repeated id), and every call when the statement fails, is then run alone, which closes it or
+    says why not exactly as it would have."""
+
+    async def alone(item: FleetClose) -> Any:
+        try:
+            row = await _one(core, sql, item.params)
+            return row if row is not None else await _miss(core, item.caller, item.params["id"], op)
+        except Exception as exc:  # this call's own outcome
+            return exc
+
+    if len(items) == 1:
+        return [await alone(items[0])]
+    first: dict[str, FleetClose] = {}
+    for item in items:
+        first.setdefault(item.params["id"], item)
+    unique = list(first.values())
+    params = {**_close_arrays(unique[0].caller, [u.params for u in unique], with_retry=op == "fail"),
+              "queue": queue, "claimers": [u.caller.endpoint_id for u in unique],
+              "owners": [u.caller.owner for u in unique]}
+    if op == "fail":
+        params.update(backoff_base=unique[0].params["backoff_base"], backoff_max=unique[0].params["backoff_max"])
+    rows: dict[str, dict[str, Any]] = {}
+    conn = await core.pool.getconn()
+    try:
+        cur = await conn.execute(fleet_sql, params)
+        rows = {r["id"]: _fold_closed(r) for r in await cur.fetchall()}
+    except (psycopg.DatabaseError, CoreError):
+        rows = {}
+    finally:
+        await core.pool.putconn(conn)
+    out: list[Any] = [rows[i.params["id"]] if first[i.params["id"]] is i and i.params["id"] in rows else None
+                      for i in items]
+    left = [at for at, row in enumerate(out) if row is None]
+    for at, got in zip(left, await asyncio.gather(*(alone(items[at]) for at in left)), strict=True):
+        out[at] = got
+    return out
+
+
 async def complete(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = None,
                    summary: str | None = None, artifact: str | None = None,
                    lease_token: str | None = None) -> dict[str, Any]:
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), **_fence_params(caller, lease_token), "id": todo_id,
               **_report(core, summary, artifact, result)}
-    _, todo = await _close(core, caller, "complete", Q.todos.complete, params, batch_sql=Q.todos.complete_batch)
+    _, todo = await _close(core, caller, "complete", Q.todos.complete, params, batch_sql=Q.todos.complete_batch,
+                           fleet_sql=Q.todos.complete_fleet)
     return todo
 
 
@@ -679,7 +849,8 @@ async def fail(core: Core, caller: Caller, todo_id: str, *, result: JsonValue = 
               **_report(core, summary, artifact, result), "retry": retry,
               "backoff_base": core.settings.retry_backoff_base_seconds,
               "backoff_max": core.settings.retry_backoff_max_seconds}
-    _, todo = await _close(core, caller, "fail", Q.todos.fail, params, batch_sql=Q.todos.fail_batch)
+    _, todo = await _close(core, caller, "fail", Q.todos.fail, params, batch_sql=Q.todos.fail_batch,
+                           fleet_sql=Q.todos.fail_fleet)
     return todo
 
 

@@ -76,6 +76,28 @@ WHERE (SELECT count(*) FROM adm) < 2
 ORDER BY x.created_at LIMIT 1
 ){{admitted_charge}}
 
+-- name: claim_next_team_group_admitted
+-- todos.sql `claim_next_team_group` on a policed team queue, as claim_next_team_admitted is for one
+-- call: `adm` holds a shard for %(max_todos)s claims (the calls of the group) and judges, refusing
+-- with SBA01 (the calls then go alone); `items` sits below a One-Time Filter on it, so the admission
+-- runs before any grant or todo is read; `charge` adds to the shard held exactly the todos `t` took.
+-- The endpoint of %(endpoint_id)s only names the policy (a team's, whoever calls); each call's endpoint
+-- is checked in `reach`. The last row (id null) is the verdict, as in claim_next_team_admitted.
+WITH adm AS (
+    SELECT v.* FROM switchboard_admission_hold(%(endpoint_id)s::uuid, %(queue)s::text, %(max_todos)s::int) v
+), items AS (
+    SELECT * FROM {{team_group_items}} WHERE (SELECT count(*) FROM adm) < 2
+){{team_group_search}}, charge AS (
+    UPDATE admission_shards s
+       SET charged = CASE WHEN charged_window = window_starts THEN charged + (SELECT count(*) FROM t)
+                          WHEN charged_window > window_starts THEN charged ELSE (SELECT count(*) FROM t) END,
+           charged_window = greatest(charged_window, window_starts)
+      FROM adm a
+     WHERE s.policy_id = a.policy_id AND s.shard = a.shard AND EXISTS (SELECT FROM t)
+)
+{{claim_group_tail}}
+UNION ALL SELECT (NULL::todos).*, NULL, NULL, NULL, to_jsonb(a), NULL FROM adm a
+
 -- name: any_policy
 -- Whether any of %(queues)s of the endpoint has a policy (after an unpoliced claim found nothing).
 SELECT EXISTS (SELECT 1 FROM admission_policies p

@@ -229,20 +229,20 @@ WHERE (SELECT count(*) FROM t) >= 0
 -- name: claim_batch_arms
 -- claim_next_arms with up to %(max_todos)s rows per arm, for a batched claim_next.
 SELECT p.* FROM (
-    SELECT id, state, attempts_total, created_at FROM todos
+    SELECT id, state, attempts_total, created_at, assignee FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'pending'
        AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY created_at LIMIT {{batch_limit}} FOR UPDATE SKIP LOCKED) p
 UNION ALL
 SELECT l.* FROM (
-    SELECT id, state, attempts_total, created_at FROM todos
+    SELECT id, state, attempts_total, created_at, assignee FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'claimed'
        AND lease_expires_at < now() AND attempt < max_attempts
        AND (assignee IS NULL OR assignee = %(owner)s)
      ORDER BY lease_expires_at LIMIT {{batch_limit}} FOR UPDATE SKIP LOCKED) l
 UNION ALL
 SELECT r.* FROM (
-    SELECT id, state, attempts_total, created_at FROM todos
+    SELECT id, state, attempts_total, created_at, assignee FROM todos
      WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = q.name AND state = 'failed'
        AND next_retry_at <= now() AND attempt < max_attempts
        AND (assignee IS NULL OR assignee = %(owner)s)
@@ -251,23 +251,23 @@ SELECT r.* FROM (
 -- name: claim_team_batch_arms
 -- claim_team_arms with up to %(max_todos)s rows per arm, for a batched claim_next.
 SELECT p.* FROM (
-    SELECT id, state, attempts_total, created_at FROM todos
+    SELECT id, state, attempts_total, created_at, assignee FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'pending'
-       AND (assignee IS NULL OR assignee = %(owner)s)
+       AND (assignee IS NULL OR assignee = ANY(%(owners)s::text[]))
      ORDER BY created_at LIMIT {{batch_limit}} FOR UPDATE SKIP LOCKED) p
 UNION ALL
 SELECT l.* FROM (
-    SELECT id, state, attempts_total, created_at FROM todos
+    SELECT id, state, attempts_total, created_at, assignee FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'claimed'
        AND lease_expires_at < now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s)
+       AND (assignee IS NULL OR assignee = ANY(%(owners)s::text[]))
      ORDER BY lease_expires_at LIMIT {{batch_limit}} FOR UPDATE SKIP LOCKED) l
 UNION ALL
 SELECT r.* FROM (
-    SELECT id, state, attempts_total, created_at FROM todos
+    SELECT id, state, attempts_total, created_at, assignee FROM todos
      WHERE team_id = q.team_id AND queue = q.name AND state = 'failed'
        AND next_retry_at <= now() AND attempt < max_attempts
-       AND (assignee IS NULL OR assignee = %(owner)s)
+       AND (assignee IS NULL OR assignee = ANY(%(owners)s::text[]))
      ORDER BY next_retry_at LIMIT {{batch_limit}} FOR UPDATE SKIP LOCKED) r
 
 -- name: claim_batch_tail
@@ -276,18 +276,7 @@ SELECT r.* FROM (
 -- Every todo gets its own takeover close, counters, attempt and prior attempts, as claim_tail does;
 -- the history reads and the prune are skipped for the todos that cannot have any (first attempts,
 -- nothing to prune), which most of a batch are; no prior attempts is NULL, as in claim_tail.
-, cap AS (
-    SELECT greatest(5, coalesce((SELECT value::int FROM settings
-                                   WHERE key = 'attempt_history_max_per_todo'), 50)) AS n
-), closed AS (
-    UPDATE todo_attempts a
-       SET ended_at = now(), outcome = 'lease_expired', disposition = 'requeued'
-      FROM t
-     WHERE a.todo_id = ANY(ARRAY(SELECT id FROM t WHERE prior_state = 'claimed'))  -- primary key probes only
-       AND t.prior_state = 'claimed' AND a.todo_id = t.id AND a.seq = t.prior_total
-       AND a.ended_at IS NULL
-    RETURNING a.*
-), claimed AS (
+{{claim_batch_head}}, claimed AS (
     UPDATE todos x
        SET state = 'claimed', owner = %(owner)s,
            lease_expires_at = now() + make_interval(secs => %(ttl)s),
@@ -307,7 +296,59 @@ SELECT r.* FROM (
            (%(new_token_hashes)s::bytea[])[c.i]
       FROM claimed c
     RETURNING seq
-), pruned AS (
+){{claim_batch_end}}
+
+-- name: claim_group_tail
+-- claim_batch_tail for the claims of several endpoints in one statement (todos.sql
+-- `claim_next_team_group`): `t` also names, for each todo, the claim it goes to (`i`, the claim's
+-- place in the group) and that claim's endpoint (`claimer`), owner, session, claimant and lease token
+-- hash, which the todo's lease and attempt take instead of the statement's parameters.
+{{claim_batch_head}}, claimed AS (
+    UPDATE todos x
+       SET state = 'claimed', owner = t.owner,
+           lease_expires_at = now() + make_interval(secs => %(ttl)s),
+           attempt = x.attempt + 1,
+           attempts_total = x.attempts_total + 1,
+           attempts_pruned = greatest(x.attempts_pruned, x.attempts_total + 1 - (SELECT n FROM cap)),
+           claimed_at = now(), next_retry_at = NULL, updated_at = now(),
+           claimed_by_endpoint_id = t.claimer
+      FROM t
+     WHERE x.id = t.id
+    RETURNING x.*, t.prior_state, t.i
+), opened AS (
+    INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, claimer_endpoint_id, claimer_session,
+                               owner, claimant, claimed_at, lease_expires_at, lease_token_hash)
+    SELECT c.id, c.attempts_total, c.attempt, 'endpoint', t.claimer, t.session, c.owner, t.claimant, now(),
+           c.lease_expires_at, t.token_hash
+      FROM claimed c JOIN t ON t.id = c.id
+    RETURNING seq
+){{claim_batch_rows}}
+
+-- name: claim_batch_head
+-- The start of claim_batch_tail and claim_group_tail: the history cap, and the takeover closes of the
+-- lapsed leases among `t`.
+, cap AS (
+    SELECT greatest(5, coalesce((SELECT value::int FROM settings
+                                   WHERE key = 'attempt_history_max_per_todo'), 50)) AS n
+), closed AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'lease_expired', disposition = 'requeued'
+      FROM t
+     WHERE a.todo_id = ANY(ARRAY(SELECT id FROM t WHERE prior_state = 'claimed'))  -- primary key probes only
+       AND t.prior_state = 'claimed' AND a.todo_id = t.id AND a.seq = t.prior_total
+       AND a.ended_at IS NULL
+    RETURNING a.*
+)
+
+-- name: claim_batch_end
+-- The end of claim_batch_tail: claim_batch_rows in the order of `i`.
+{{claim_batch_rows}}
+ ORDER BY c.i
+
+-- name: claim_batch_rows
+-- The end of claim_batch_tail and claim_group_tail: the prune, and each claimed todo with its attempt
+-- number, the attempt its takeover closed and its prior attempts.
+, pruned AS (
     DELETE FROM todo_attempts a USING claimed c
      WHERE c.attempts_pruned > 0 AND a.todo_id = c.id AND a.seq <= c.attempts_pruned
        AND a.ended_at IS NOT NULL
@@ -327,7 +368,56 @@ SELECT c.*,
   FROM claimed c
 -- `t` read first, as in claim_tail: its search holds the endpoint check.
  WHERE (SELECT count(*) FROM t) >= 0
- ORDER BY c.i
+
+-- name: team_group_items
+-- The claims of a group (todos.sql `claim_next_team_group`), `i` their place in the group, each with its
+-- endpoint (`claimer`), owner, session, claimant and lease token hash.
+unnest(%(claimers)s::uuid[], %(owners)s::text[], %(sessions)s::text[], %(claimants)s::text[],
+       %(new_token_hashes)s::bytea[]) WITH ORDINALITY AS i(claimer, owner, session, claimant, token_hash, i)
+
+-- name: team_group_search
+-- After `items` (team_group_items, under the statement's admission guard): the todos of the team
+-- queue %(queue)s the claims take. `reach`: the claims whose endpoint reaches the queue now, checked
+-- and locked as team_targets_locked checks and locks one endpoint's, and live; a claim whose endpoint
+-- does not is left out here and answered alone (core/todos.py), which reports what a claim alone
+-- reports (nothing, or the endpoint's refusal). `cand`: the oldest claimable todos, at most one per
+-- claim that reaches the queue, each unassigned or assigned to one of their owners. `mine`: each
+-- assigned todo paired with a claim of its assignee (the k-th todo of an owner with the k-th claim of
+-- that owner). `t`: those pairs, then the unassigned todos, oldest first, paired with the claims left
+-- in their order. A todo paired with no claim stays as it was; a claim paired with no todo is
+-- answered alone.
+, reach AS (
+    SELECT i.*, g.team_id FROM items i
+      JOIN team_grants g ON g.endpoint_id = i.claimer AND g.queue = %(queue)s
+      JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
+      JOIN endpoints e ON e.id = g.endpoint_id AND e.state = 'active'
+                      AND (e.expires_at IS NULL OR e.expires_at > now())
+       FOR SHARE OF g, e
+), cand AS (
+    SELECT x.id, x.state, x.attempts_total, x.created_at, x.assignee
+      FROM (SELECT DISTINCT r.team_id, %(queue)s::text AS name FROM reach r) AS q,
+           LATERAL ({{claim_team_batch_arms}}) x
+     ORDER BY x.created_at
+     LIMIT (SELECT count(*) FROM reach)
+), mine AS (
+    SELECT c.id, r.i
+      FROM (SELECT id, assignee, row_number() OVER (PARTITION BY assignee ORDER BY created_at, id) AS k
+              FROM cand WHERE assignee IS NOT NULL) c
+      JOIN (SELECT i, owner, row_number() OVER (PARTITION BY owner ORDER BY i) AS k FROM reach) r
+        ON r.owner = c.assignee AND r.k = c.k
+), t AS (
+    SELECT c.id, c.state AS prior_state, c.attempts_total AS prior_total, r.i::int AS i, r.claimer, r.owner,
+           r.session, r.claimant, r.token_hash
+      FROM (SELECT id, i FROM mine
+            UNION ALL
+            SELECT f.id, o.i
+              FROM (SELECT id, row_number() OVER (ORDER BY created_at, id) AS k FROM cand
+                     WHERE assignee IS NULL) f
+              JOIN (SELECT i, row_number() OVER (ORDER BY i) AS k FROM reach
+                     WHERE i NOT IN (SELECT i FROM mine)) o ON o.k = f.k) p
+      JOIN cand c ON c.id = p.id
+      JOIN reach r ON r.i = p.i
+)
 
 -- name: held_batch
 -- `held` for a list of items: the caller's claimed todos among %(ids)s, locked in id order (two
@@ -361,6 +451,76 @@ WITH t AS (
             WHERE todos.id = i.id AND coalesce(todos.state, '') = 'claimed' AND {{scope_rows}} AND {{holder}}
               FOR UPDATE OF todos) x
      WHERE {{endpoint_live}}
+)
+
+-- name: complete_each
+-- The rest of complete_batch after `t` (held_batch or fleet_held_batch): each held todo done, its
+-- open attempt closed `completed` with the item's report. Each CTE passes on what the next needs
+-- (RETURNING may name the FROM items), so no step joins back to `t` or `a` by scanning it.
+, a AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'completed', disposition = 'done',
+           summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
+      FROM t
+     WHERE {{held_attempt_each}}
+    RETURNING a.*, t.result AS item_result
+)
+UPDATE todos x
+   SET state = 'done', result = a.item_result, lease_expires_at = NULL, completed_at = now(),
+       updated_at = now()
+  FROM a
+ WHERE x.id = a.todo_id
+RETURNING x.*, {{closed_columns}}
+
+-- name: fail_each
+-- The rest of fail_batch after `t`: each held todo failed with its own retry choice and backoff.
+, a AS (
+    UPDATE todo_attempts a
+       SET ended_at = now(), outcome = 'failed',
+           disposition = CASE WHEN t.retry AND t.attempt < t.max_attempts
+                              THEN 'retry_scheduled' ELSE 'dead_lettered' END,
+           summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
+      FROM t
+     WHERE {{held_attempt_each}}
+    RETURNING a.*, t.result AS item_result
+)
+UPDATE todos x
+   SET state = 'failed', result = a.item_result, lease_expires_at = NULL, updated_at = now(),
+       next_retry_at = CASE WHEN a.disposition = 'retry_scheduled'
+           THEN now() + make_interval(secs => least(%(backoff_base)s * power(2, greatest(x.attempt, 1) - 1),
+                                                    %(backoff_max)s))
+           END
+  FROM a
+ WHERE x.id = a.todo_id
+RETURNING x.*, {{closed_columns}}
+
+-- name: fleet_held_batch
+-- held_batch for the items of several endpoints of a fleet on ONE team queue %(queue)s: each item's
+-- todo is checked against the item's own endpoint %(claimers)s[k] and owner %(owners)s[k] as
+-- `scope_rows` and `holder` check one endpoint's (the team queue granted to it, its human a member,
+-- the lease its own), and that endpoint must be live; an item that fails any of it is left out (its
+-- call is answered alone, which says why). Same shape as held_batch (D48): the items sorted by id, each
+-- todo found by its primary key and locked.
+WITH t AS (
+    SELECT x.id, x.attempts_total, x.attempt, x.max_attempts, i.token_hash, i.summary,
+           coalesce(i.summary_truncated, false) AS summary_truncated, i.artifact,
+           nullif(i.result, 'null'::jsonb) AS result, i.retry
+      FROM (SELECT * FROM unnest((SELECT %(ids)s::text[]), (SELECT %(claimers)s::uuid[]), (SELECT %(owners)s::text[]),
+                                 (SELECT %(token_hashes)s::bytea[]), (SELECT %(summaries)s::text[]),
+                                 (SELECT %(summaries_truncated)s::boolean[]), (SELECT %(artifacts)s::text[]),
+                                 (SELECT %(results)s::jsonb[]), (SELECT %(retries)s::boolean[]))
+                    AS i(id, claimer, owner, token_hash, summary, summary_truncated, artifact, result, retry)
+             ORDER BY i.id LIMIT (SELECT cardinality(%(ids)s::text[]))) i
+     CROSS JOIN LATERAL (
+           SELECT todos.id, todos.attempts_total, todos.attempt, todos.max_attempts FROM todos
+            WHERE todos.id = i.id AND coalesce(todos.state, '') = 'claimed' AND todos.queue = %(queue)s
+              AND todos.team_id IS NOT NULL AND todos.owner = i.owner AND todos.claimed_by_endpoint_id = i.claimer
+              AND EXISTS (SELECT 1 FROM team_grants g
+                            JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
+                           WHERE g.endpoint_id = i.claimer AND g.queue = todos.queue AND g.team_id = todos.team_id)
+              AND EXISTS (SELECT 1 FROM endpoints e WHERE e.id = i.claimer AND e.state = 'active'
+                             AND (e.expires_at IS NULL OR e.expires_at > now()))
+              FOR UPDATE OF todos) x
 )
 
 -- name: held_attempt_each

@@ -185,6 +185,19 @@ SELECT id, state AS prior_state, attempts_total AS prior_total FROM cand
 )
 {{claim_tail}}
 
+-- name: claim_next_team_group
+-- claim_next of several endpoints on ONE team queue %(queue)s in one statement: the concurrent calls
+-- of a fleet's endpoints (core/combine.py, docs/decisions.md D51), %(claimers)s and the arrays beside
+-- it one entry per call. Each todo is claimed as claim_next_team_one claims it for its call's endpoint:
+-- that endpoint's reach, lease and owner, and an attempt with its session, claimant and lease token.
+-- On a queue under an admission policy it claims nothing (the calls then go alone, which finds the
+-- policy; admission.sql `claim_next_team_group_admitted` is the policed form).
+WITH items AS (
+    SELECT * FROM {{team_group_items}}
+     WHERE NOT EXISTS (SELECT 1 FROM admission_policies p WHERE p.queue = %(queue)s AND p.team_id IS NOT NULL)
+){{team_group_search}}
+{{claim_group_tail}}
+
 -- name: claim_next_mixed_batch
 -- claim_next_batch over own and team queues (see claim_next_mixed).
 WITH cand AS (
@@ -276,44 +289,23 @@ SELECT u.*, {{closed_columns}} FROM u JOIN a ON a.todo_id = u.id
 
 -- name: complete_batch
 -- complete for a list of items in one statement; a todo not held (or wrongly fenced) is left alone
--- and missing from the rows returned, which the caller classifies per id. Each CTE passes on what the
--- next needs (RETURNING may name the FROM items), so no step joins back to `t` or `a` by scanning it.
-{{held_batch}}, a AS (
-    UPDATE todo_attempts a
-       SET ended_at = now(), outcome = 'completed', disposition = 'done',
-           summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
-      FROM t
-     WHERE {{held_attempt_each}}
-    RETURNING a.*, t.result AS item_result
-)
-UPDATE todos x
-   SET state = 'done', result = a.item_result, lease_expires_at = NULL, completed_at = now(),
-       updated_at = now()
-  FROM a
- WHERE x.id = a.todo_id
-RETURNING x.*, {{closed_columns}}
+-- and missing from the rows returned, which the caller classifies per id.
+{{held_batch}}{{complete_each}}
 
 -- name: fail_batch
 -- fail for a list of items in one statement, each with its own retry choice and backoff.
-{{held_batch}}, a AS (
-    UPDATE todo_attempts a
-       SET ended_at = now(), outcome = 'failed',
-           disposition = CASE WHEN t.retry AND t.attempt < t.max_attempts
-                              THEN 'retry_scheduled' ELSE 'dead_lettered' END,
-           summary = t.summary, summary_truncated = t.summary_truncated, artifact = t.artifact
-      FROM t
-     WHERE {{held_attempt_each}}
-    RETURNING a.*, t.result AS item_result
-)
-UPDATE todos x
-   SET state = 'failed', result = a.item_result, lease_expires_at = NULL, updated_at = now(),
-       next_retry_at = CASE WHEN a.disposition = 'retry_scheduled'
-           THEN now() + make_interval(secs => least(%(backoff_base)s * power(2, greatest(x.attempt, 1) - 1),
-                                                    %(backoff_max)s))
-           END
-  FROM a
- WHERE x.id = a.todo_id
-RETURNING x.*, {{closed_columns}}
+{{held_batch}}{{fail_each}}
+
+-- name: complete_fleet
+-- complete_batch for the concurrent completes of several endpoints of a fleet, each of its own lease
+-- on the team queue %(queue)s (core/combine.py, docs/decisions.md D51): each item checked against its
+-- own endpoint (fleet_held_batch); a todo not held by its item's endpoint is left alone, and that
+-- call is answered alone.
+{{fleet_held_batch}}{{complete_each}}
+
+-- name: fail_fleet
+-- fail_batch for a fleet's concurrent fails, as complete_fleet.
+{{fleet_held_batch}}{{fail_each}}
 
 -- name: release
 {{held}}, a AS (
