@@ -15,6 +15,7 @@ own never share.
 from __future__ import annotations
 
 import asyncio
+import collections
 
 import pytest
 
@@ -321,4 +322,27 @@ async def test_a_removed_members_endpoint_cannot_complete_in_a_group(core):
             assert isinstance(o, CoreError), o
         else:
             assert o["state"] == "done", o
+    assert await check(core) == []
+
+
+async def test_a_group_larger_than_its_policy_takes_at_once_goes_as_several_statements(core):
+    """max_in_flight 64: the policy's fast path admits two claims per statement (B, migration 0021).
+    A group of six is refused once, learns B, and then runs as three statements of two at once."""
+    f = await make_fleet(core, endpoints=0)
+    callers = await fleet_callers(f, 6)
+    await admission.set_policy(core, f.humans[0], f.label, max_in_flight=64)
+    for k in range(18):
+        await f.push(f"t{k}")
+    for _ in range(2):  # learn that the queue is policed, then how much one statement may take
+        got = await asyncio.gather(*(todos.claim_next(core, c) for c in callers))
+        assert all(g is not None for g in got)
+        for c, g in zip(callers, got, strict=True):
+            await todos.complete(core, c, g.todo["id"])
+    assert core.policed.take(f.label) == 2
+    got = await asyncio.gather(*(todos.claim_next(core, c) for c in callers))
+    stamps = await claimed_at_by_todo(core, [g.todo["id"] for g in got])
+    assert sorted(collections.Counter(stamps.values()).values()) == [2, 2, 2]
+    [row] = await sql(core, "SELECT sum(s.charged)::int AS n FROM admission_shards s JOIN admission_policies p"
+                            " ON p.id = s.policy_id WHERE p.queue = %s", (f.label,))
+    assert row["n"] == 18
     assert await check(core) == []

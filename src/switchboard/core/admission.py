@@ -215,6 +215,15 @@ async def charge(conn: AsyncConnection[DictRow], verdicts: Verdicts, claimed_per
         await conn.execute(Q.admission.charge, params)
 
 
+async def stripe_take(core: Core, queue: str) -> int:
+    """The most claims one fast-path statement may ask of the team queue `queue`'s policy (B, migration
+    0021); 1 when it has none now."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.admission.stripe_take, {"queue": queue})
+        row = await cur.fetchone()
+    return int(row["take"]) if row and row["take"] is not None else 1
+
+
 async def any_policy(core: Core, endpoint_id: UUID, queues: list[str]) -> bool:
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.admission.any_policy, {"endpoint_id": endpoint_id, "queues": queues})
@@ -225,12 +234,14 @@ async def any_policy(core: Core, endpoint_id: UUID, queues: list[str]) -> bool:
 class PolicedEndpoints:
     """Which endpoints recently met a policy, to send their claims straight to the policed path, and
     which of their queues a policy recently refused, to judge those on the locked path first (it
-    reports the refusal; the fast path would only roll back). Only routing hints: the statements
+    reports the refusal; the fast path would only roll back), and how many claims a fleet's group may
+    ask of a queue's policy at once. Only routing hints: the statements
     refuse to claim a policed queue without the lock, and judge every claim, either way."""
 
     def __init__(self, limit: int = 10_000) -> None:
         self._ids: set[UUID] = set()
         self._refused: set[tuple[UUID, str]] = set()
+        self._takes: dict[str, int] = {}
         self._limit = limit
 
     def __contains__(self, endpoint_id: object) -> bool:
@@ -254,6 +265,16 @@ class PolicedEndpoints:
             self._refused.add((endpoint_id, queue))
         else:
             self._refused.discard((endpoint_id, queue))
+
+    def take(self, queue: str) -> int | None:
+        """How many claims one fast-path statement may take on `queue` (its policy's B, migration
+        0021), as a fleet's last group on it learned; None when not known yet."""
+        return self._takes.get(queue)
+
+    def note_take(self, queue: str, take: int) -> None:
+        if queue not in self._takes and len(self._takes) >= self._limit:
+            self._takes.clear()
+        self._takes[queue] = max(1, take)
 
 
 # ------------------------------------------------------------------------------------ policies

@@ -476,6 +476,19 @@ async def _fleet_group(core: Core, claims: list[FleetClaim]) -> list[Any]:
     policed = any(i in core.policed for i in ids)
     if policed and any(core.policed.refused(i, queue) for i in ids):  # lately refused: the locked path
         return list(await asyncio.gather(*(_alone(core, c) for c in claims)))
+    # A policy admits at most B claims per statement (migration 0021): a larger group goes as several
+    # statements at once, each holding a shard of its own.
+    size = (core.policed.take(queue) or len(claims)) if policed else len(claims)
+    parts = await asyncio.gather(*(_fleet_part(core, queue, claims[at:at + size], policed)
+                                   for at in range(0, len(claims), size)))
+    return [out for part in parts for out in part]
+
+
+async def _fleet_part(core: Core, queue: str, claims: list[FleetClaim], policed: bool) -> list[Any]:
+    """One statement of a fleet's group (_fleet_group), and its calls left alone."""
+    if len(claims) == 1:
+        return [await _alone(core, claims[0])]
+    ids = [c.caller.endpoint_id for c in claims]
     outs: list[Any] = [None] * len(claims)
     got = await _claim_fleet(core, queue, claims, policed)
     if got is not None:
@@ -483,6 +496,8 @@ async def _fleet_group(core: Core, claims: list[FleetClaim]) -> list[Any]:
         if not policed or not verdicts.rows:
             for endpoint_id in set(ids):
                 core.policed.mark(endpoint_id, False)
+        elif verdicts.rows.get(queue, {}).get("take") is not None:
+            core.policed.note_take(queue, int(verdicts.rows[queue]["take"]))
         await _claimed(core, [(result, row) for result, row, _ in pairs], verdicts if policed else None)
         for k, (result, _row, at) in enumerate(pairs, start=1):
             if verdicts.rows:
@@ -507,6 +522,7 @@ async def _claim_fleet(core: Core, queue: str, claims: list[FleetClaim], policed
               "sessions": [c.caller.session_id for c in claims],
               "claimants": [c.params["claimant"] for c in claims],
               "new_token_hashes": [sha256(t) for t in tokens] if tokens else None}
+    refused = False
     conn = await core.pool.getconn()
     try:
         if policed:
@@ -514,14 +530,17 @@ async def _claim_fleet(core: Core, queue: str, claims: list[FleetClaim], policed
         else:
             cur = await conn.execute(Q.todos.claim_next_team_group, params)
             verdicts, rows = admission.Verdicts({}), list(await cur.fetchall())
-    except admission.Refused:
+    except admission.Refused:  # near a cap, or more claims than one statement may take: ask fewer next
         for c in claims:
             core.policed.note(c.caller.endpoint_id, queue, True)
-        return None
+        refused = True
     except (psycopg.DatabaseError, CoreError):
         return None
     finally:
         await core.pool.putconn(conn)
+    if refused:
+        core.policed.note_take(queue, await admission.stripe_take(core, queue))
+        return None
     return verdicts, [(_result(row, tokens[row["i"] - 1] if tokens else None), row, row["i"] - 1) for row in rows]
 
 

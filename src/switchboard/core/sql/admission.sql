@@ -82,7 +82,8 @@ ORDER BY x.created_at LIMIT 1
 -- with SBA01 (the calls then go alone); `items` sits below a One-Time Filter on it, so the admission
 -- runs before any grant or todo is read; `charge` adds to the shard held exactly the todos `t` took.
 -- The endpoint of %(endpoint_id)s only names the policy (a team's, whoever calls); each call's endpoint
--- is checked in `reach`. The last row (id null) is the verdict, as in claim_next_team_admitted.
+-- is checked in `reach`. The last row (id null) is the verdict, as in claim_next_team_admitted, with
+-- `take`: the most claims one such statement may ask of this policy (B), for the next group's size.
 WITH adm AS (
     SELECT v.* FROM switchboard_admission_hold(%(endpoint_id)s::uuid, %(queue)s::text, %(max_todos)s::int) v
 ), items AS (
@@ -96,7 +97,17 @@ WITH adm AS (
      WHERE s.policy_id = a.policy_id AND s.shard = a.shard AND EXISTS (SELECT FROM t)
 )
 {{claim_group_tail}}
-UNION ALL SELECT (NULL::todos).*, NULL, NULL, NULL, to_jsonb(a), NULL FROM adm a
+UNION ALL SELECT (NULL::todos).*, NULL, NULL, NULL,
+       to_jsonb(a) || jsonb_build_object('take', switchboard_admission_stripe_take(a.max_in_flight,
+                                                                                   a.max_claims_per_window)),
+       NULL
+  FROM adm a
+
+-- name: stripe_take
+-- B of the policy of the team queue %(queue)s (migration 0021): the most claims one fast-path statement
+-- may ask of it; a fleet's group that asked for more was refused and asks at most this many next.
+SELECT max(switchboard_admission_stripe_take(p.max_in_flight, p.max_claims_per_window)) AS take
+  FROM admission_policies p WHERE p.queue = %(queue)s AND p.team_id IS NOT NULL
 
 -- name: any_policy
 -- Whether any of %(queues)s of the endpoint has a policy (after an unpoliced claim found nothing).
