@@ -761,14 +761,19 @@ async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict[str
     return row, todo
 
 
+async def _close_alone(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any]) -> Any:
+    """One close run on its own, for a group: its row, or the error its call alone would raise."""
+    row = await _one(core, sql, params)
+    return row if row is not None else await _miss(core, caller, params["id"], op)
+
+
 async def _close_group(core: Core, caller: Caller, op: str, sql: str, batch_sql: str,
                        items: list[dict[str, Any]]) -> list[Any]:
     """Run one group of _close: a call alone is `sql`; several are one `batch_sql` statement over
     their first occurrences of each id, and a repeated id then runs alone. Each call gets its row or
     the error its call alone would have raised."""
     if len(items) == 1:
-        row = await _one(core, sql, items[0])
-        return [row if row is not None else await _miss(core, caller, items[0]["id"], op)]
+        return [await _close_alone(core, caller, op, sql, items[0])]
     first: dict[str, dict[str, Any]] = {}
     for item in items:
         first.setdefault(item["id"], item)
@@ -782,8 +787,7 @@ async def _close_group(core: Core, caller: Caller, op: str, sql: str, batch_sql:
         if first[item["id"]] is item:
             out.append(rows.get(item["id"]) or errors[item["id"]])
         else:
-            row = await _one(core, sql, item)
-            out.append(row if row is not None else await _miss(core, caller, item["id"], op))
+            out.append(await _close_alone(core, caller, op, sql, item))
     return out
 
 
@@ -814,8 +818,7 @@ async def _fleet_close_group(core: Core, op: str, sql: str, fleet_sql: str, queu
 
     async def alone(item: FleetClose) -> Any:
         try:
-            row = await _one(core, sql, item.params)
-            return row if row is not None else await _miss(core, item.caller, item.params["id"], op)
+            return await _close_alone(core, item.caller, op, sql, item.params)
         except Exception as exc:  # this call's own outcome
             return exc
 

@@ -486,13 +486,18 @@ RETURNING x.*, {{closed_columns}}
 )
 UPDATE todos x
    SET state = 'failed', result = a.item_result, lease_expires_at = NULL, updated_at = now(),
-       next_retry_at = CASE WHEN a.disposition = 'retry_scheduled'
-           THEN now() + make_interval(secs => least(%(backoff_base)s * power(2, greatest(x.attempt, 1) - 1),
-                                                    %(backoff_max)s))
-           END
+       next_retry_at = {{retry_at}}
   FROM a
  WHERE x.id = a.todo_id
 RETURNING x.*, {{closed_columns}}
+
+-- name: retry_at
+-- When the todo `x` whose attempt `a` a fail closed is due again: after the backoff of SYSTEM.md section
+-- 6, min(base * 2^(attempt - 1), cap), when the attempt's disposition is retry_scheduled; never else.
+CASE WHEN a.disposition = 'retry_scheduled'
+     THEN now() + make_interval(secs => least(%(backoff_base)s * power(2, greatest(x.attempt, 1) - 1),
+                                              %(backoff_max)s))
+END
 
 -- name: fleet_held_batch
 -- held_batch for the items of several endpoints of a fleet on ONE team queue %(queue)s: each item's

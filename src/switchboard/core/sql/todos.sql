@@ -277,10 +277,7 @@ SELECT u.*, {{closed_columns}} FROM u JOIN a ON a.todo_id = u.id
 ), u AS (
     UPDATE todos x
        SET state = 'failed', result = %(result)s, lease_expires_at = NULL, updated_at = now(),
-           next_retry_at = CASE WHEN a.disposition = 'retry_scheduled'
-               THEN now() + make_interval(secs => least(%(backoff_base)s * power(2, greatest(x.attempt, 1) - 1),
-                                                        %(backoff_max)s))
-               END
+           next_retry_at = {{retry_at}}
       FROM a
      WHERE x.id = a.todo_id
     RETURNING x.*
