@@ -143,8 +143,12 @@ def report(args: argparse.Namespace, m: dict, command: str) -> str:
                ("Switchboard core per claim / Oban (Python port)", "sb-core", "oban", 1.0, ws),
                ("Switchboard core batches of 100 / PgQueuer asyncpg batch 100", "sb-core-batch-100",
                 "pgqueuer-asyncpg-100", 1.0, [w for w in ws if w >= 4]),
+               ("Switchboard core batches of 100, each round one transaction / PgQueuer asyncpg batch 100",
+                "sb-core-round-100", "pgqueuer-asyncpg-100", 1.0, [w for w in ws if w >= 4]),
                ("Switchboard MCP batches of 100 / PgQueuer psycopg default batch", "sb-mcp-batch-100",
-                "pgqueuer-psycopg-default", 1.0, [w for w in ws if w >= 4])]
+                "pgqueuer-psycopg-default", 1.0, [w for w in ws if w >= 4]),
+               ("Switchboard MCP batches of 100, each round one call / PgQueuer psycopg default batch",
+                "sb-mcp-round-100", "pgqueuer-psycopg-default", 1.0, [w for w in ws if w >= 4])]
     target_lines = []
     for what, a_key, b_key, least, at in targets:
         cells = []

@@ -83,25 +83,46 @@ class Worker:
         await self.subscribe()
         say(f"ready as {self.claimant}")
         idle_since = asyncio.get_running_loop().time()
-        while not self.stop.is_set():
-            batch = {"max_todos": self.args.batch} if self.args.batch > 1 else {}
-            got = await self.call("claim_next", require_fence=True, claimant=self.claimant,
-                                  lease_ttl_seconds=self.args.lease, **batch)
-            if "error" in got:
-                say("claim_next refused:", got["error"]["code"], got["error"]["message"])
-                await self.pause(self.args.poll)
-                continue
-            if got["empty"]:
-                idle = asyncio.get_running_loop().time() - idle_since
-                if self.args.exit_when_idle is not None and idle >= self.args.exit_when_idle:
-                    say("nothing left to do")
+        done: list[dict] = []  # --batch: completions reported with the next claim_next (one call, one commit)
+        try:
+            while not self.stop.is_set():
+                batch = {"max_todos": self.args.batch} if self.args.batch > 1 else {}
+                if done:
+                    batch["complete"] = done
+                got = await self.call("claim_next", require_fence=True, claimant=self.claimant,
+                                      lease_ttl_seconds=self.args.lease, **batch)
+                if "error" in got and done and got["error"].get("argument") == "complete":
+                    say("complete refused:", got["error"]["message"], "(retrying without artifacts)")
+                    done = [{k: v for k, v in i.items() if k != "artifact"} for i in done]
+                    continue
+                if "error" in got:
+                    say("claim_next refused:", got["error"]["code"], got["error"]["message"])
+                    await self.pause(self.args.poll)
+                    continue
+                self.reported("complete", got.get("completed", []))
+                done = []
+                if got["empty"]:
+                    idle = asyncio.get_running_loop().time() - idle_since
+                    if self.args.exit_when_idle is not None and idle >= self.args.exit_when_idle:
+                        say("nothing left to do")
+                        return
+                    await self.pause(self.args.poll)
+                    continue
+                if batch:
+                    done = await self.work_on_batch(got["todos"])
+                else:
+                    await self.work_on(got)
+                idle_since = asyncio.get_running_loop().time()
+                if self.args.once:
                     return
-                await self.pause(self.args.poll)
-                continue
-            await (self.work_on_batch(got["todos"]) if batch else self.work_on(got))
-            idle_since = asyncio.get_running_loop().time()
-            if self.args.once:
-                return
+        finally:
+            if done:  # stopping: report what is finished without claiming more
+                got = await self.call("complete", items=done)
+                self.reported("complete", got.get("results", []))
+
+    def reported(self, verb: str, results: list[dict]) -> None:
+        for r in results:
+            say(f"{verb} {r['id']}:", r["todo"]["state"] if r["ok"] else r["error"]["code"])
 
     async def pause(self, seconds: float) -> None:
         self.wake.clear()
@@ -149,10 +170,11 @@ class Worker:
         released = await self.call("release", id=todo["id"], lease_token=token, summary="worker stopping")
         say(f"released {todo['id']}:", released.get("state") or released["error"]["code"])
 
-    async def work_on_batch(self, claimed: list[dict]) -> None:
-        """--batch: work through the todos of one claim in turn while one task keeps all their leases,
-        then report them in two calls (complete with items, fail with items); release the rest when
-        stopped. A todo whose lease is lost is dropped without a report."""
+    async def work_on_batch(self, claimed: list[dict]) -> list[dict]:
+        """--batch: work through the todos of one claim in turn while one task keeps all their leases.
+        The failures are reported at once (fail with items); the completions are returned, to go with
+        the next claim_next (its `complete` argument: one call and one commit for the round). What the
+        stop left unworked is released. A todo whose lease is lost is dropped without a report."""
         held = {got["todo"]["id"]: got["lease_token"] for got in claimed}
         say(f"claimed {len(claimed)} todos: {', '.join(held)}")
         beat = asyncio.create_task(self.heartbeat_all(held))
@@ -172,22 +194,24 @@ class Worker:
                 reports["complete" if ok else "fail"].append(item)
         finally:
             beat.cancel()
-        for verb, items in reports.items():
-            items = [i for i in items if i["id"] in held]
-            if not items:
-                continue
-            done = await self.call(verb, items=items)
+        failed = [i for i in reports["fail"] if i["id"] in held]
+        if failed:
+            done = await self.call("fail", items=failed)
             if "error" in done and done["error"].get("argument") == "items":
-                say(f"{verb} refused:", done["error"]["message"], "(retrying without artifacts)")
-                done = await self.call(verb, items=[{k: v for k, v in i.items() if k != "artifact"} for i in items])
+                say("fail refused:", done["error"]["message"], "(retrying without artifacts)")
+                done = await self.call("fail", items=[{k: v for k, v in i.items() if k != "artifact"} for i in failed])
+            self.reported("fail", done.get("results", []))
             for r in done.get("results", []):
-                say(f"{verb} {r['id']}:", r["todo"]["state"] if r["ok"] else r["error"]["code"])
                 held.pop(r["id"], None)
             if "error" in done:
-                say(f"{verb} refused:", done["error"]["code"], done["error"]["message"])
+                say("fail refused:", done["error"]["code"], done["error"]["message"])
+        completed = [i for i in reports["complete"] if i["id"] in held]
+        for i in completed:
+            held.pop(i["id"])
         for todo_id, token in held.items():  # stopped before their turn
             released = await self.call("release", id=todo_id, lease_token=token, summary="worker stopping")
             say(f"released {todo_id}:", released.get("state") or released["error"]["code"])
+        return completed
 
     async def heartbeat_all(self, held: dict[str, str]) -> None:
         """Extend every lease of a batch every third of its length; drop a todo whose lease is gone."""
@@ -291,7 +315,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lease", type=int, default=300, help="lease length in seconds (default 300)")
     p.add_argument("--poll", type=float, default=30.0, help="seconds between polls without a push (default 30)")
     p.add_argument("--batch", type=int, default=1, metavar="N",
-                   help="claim up to N todos per call (1-100) and report them with batched complete/fail")
+                   help="claim up to N todos per call (1-100); failures go in one fail call, completions with "
+                        "the next claim_next (its complete argument)")
     p.add_argument("--once", action="store_true", help="stop after one todo (one batch with --batch)")
     p.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
                    help="stop once nothing was ready for this long")

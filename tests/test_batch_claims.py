@@ -378,8 +378,9 @@ def test_the_output_schemas_admit_both_shapes_and_refuse_an_error():
 
 
 async def test_the_example_worker_drains_in_batches(core, server):
-    """examples/worker.py --batch 5 as a real process: claims up to five per call, reports them with
-    batched complete and fail, and every todo ends with exactly one closed attempt."""
+    """examples/worker.py --batch 5 as a real process: claims up to five per call, reports failures with
+    a batched fail and completions with the next claim_next, and every todo ends with exactly one
+    closed attempt."""
     from test_mcp_workers import WorkerProcess, rows
 
     a = await vend(core, "carol")
@@ -393,8 +394,11 @@ async def test_the_example_worker_drains_in_batches(core, server):
     got = await rows(core, "SELECT id, title, state FROM todos WHERE id = ANY(%s)", ids)
     assert {r["id"]: r["state"] for r in got} == {
         r["id"]: ("failed" if r["title"].startswith("bad") else "done") for r in got}
-    atts = await rows(core, "SELECT todo_id, outcome, summary, lease_token_hash FROM todo_attempts"
-                            " WHERE todo_id = ANY(%s)", ids)
+    atts = await rows(core, "SELECT todo_id, outcome, summary, lease_token_hash, claimed_at, ended_at"
+                            " FROM todo_attempts WHERE todo_id = ANY(%s)", ids)
     assert len(atts) == 12 and len({x["todo_id"] for x in atts}) == 12
     assert all(x["lease_token_hash"] is not None and x["summary"] in ("fine", "broke") for x in atts)
+    # a batch's completions went with the next claim_next (D52): one transaction, so one now()
+    ended = {x["ended_at"] for x in atts if x["outcome"] == "completed"}
+    assert ended & {x["claimed_at"] for x in atts}, "no completion shared its transaction with a claim"
     assert await check(core) == []

@@ -41,10 +41,10 @@ def run_bench(tmp_path: Path, systems: str, doc: Path | None = None, jobs: int =
 def test_built_in_systems_run_verified_and_land_in_the_doc_section(bench_server, tmp_path, capsys):
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\nEarlier figures.\n\n## Peers\n\nold figures\n\n## Later\n\nkept\n")
-    code, got, text = run_bench(tmp_path, "raw-per-job,raw-batch-10,sb-core,sb-core-batch-100", doc)
+    code, got, text = run_bench(tmp_path, "raw-per-job,raw-batch-10,sb-core,sb-core-batch-100,sb-core-round-100", doc)
     assert code == 0, got["failed"]
     assert got["failed"] == {}
-    for key in ("raw-per-job", "raw-batch-10", "sb-core", "sb-core-batch-100"):
+    for key in ("raw-per-job", "raw-batch-10", "sb-core", "sb-core-batch-100", "sb-core-round-100"):
         (sample,) = got["samples"][key]["1"]
         assert sample["rate"] > 0 and sample["enqueue_rate"] > 0
     printed = capsys.readouterr().out

@@ -14,8 +14,10 @@ from .switchboard import (
     SwitchboardCore,
     SwitchboardCoreAlone,
     SwitchboardCoreBatch,
+    SwitchboardCoreRound,
     SwitchboardMcp,
     SwitchboardMcpBatch,
+    SwitchboardMcpRound,
 )
 
 # key -> a factory (each measurement gets a fresh instance)
@@ -39,8 +41,10 @@ for _make in (
     SwitchboardCore,
     SwitchboardCoreAlone,
     lambda: SwitchboardCoreBatch(100),
+    lambda: SwitchboardCoreRound(100),
     SwitchboardMcp,
     lambda: SwitchboardMcpBatch(100),
+    lambda: SwitchboardMcpRound(100),
     # EXTEND: a bulk push is an `enqueue` override of these classes (switchboard.py)
 ):
     register(_make)

@@ -261,3 +261,53 @@ class SwitchboardMcpBatch(SwitchboardMcp):
             if refused:
                 raise VerifyError(f"complete refused {len(refused)} of {len(got['todos'])}: {refused[0]['error']}")
             done += len(answer["results"])
+
+
+class SwitchboardCoreRound(SwitchboardCoreBatch):
+    """A worker's round in one call: `todos.complete_and_take_next` completes the k todos of the round
+    before and claims the next k in ONE transaction (docs/decisions.md D52), so a batch costs one
+    commit instead of two; the last batch is completed alone."""
+
+    def __init__(self, k: int = 100) -> None:
+        super().__init__(k)
+        self.key = f"sb-core-round-{k}"
+        self.label = (f"Switchboard core in process, batches of {k}, each round one transaction "
+                      "(`complete_and_take_next`)")
+
+    async def work(self, state, clock: Clock) -> int:
+        core, caller = self.tenant.core, self.tenant.caller
+        done = 0
+        clock.start()
+        got = await todos.claim_next_batch(core, caller, max_todos=self.k, queue=QUEUE, lease_ttl_seconds=LEASE_TTL)
+        while got:
+            results, got, _ = await todos.complete_and_take_next(
+                core, caller, [{"id": g.todo["id"]} for g in got], max_todos=self.k, queue=QUEUE,
+                lease_ttl_seconds=LEASE_TTL)
+            refused = [r for r in results if not r["ok"]]
+            if refused:
+                raise VerifyError(f"the round refused {len(refused)} of {len(results)}: {refused[0]['error']}")
+            done += len(results)
+        return done
+
+
+class SwitchboardMcpRound(SwitchboardMcpBatch):
+    """`claim_next` with `max_todos` = k and `complete` listing the round before's todos, over MCP: one
+    call and one commit per batch."""
+
+    def __init__(self, k: int = 100) -> None:
+        super().__init__(k)
+        self.key = f"sb-mcp-round-{k}"
+        self.label = f"Switchboard over MCP, batches of {k}, each round one call (`claim_next` with `complete`)"
+
+    async def work(self, client, clock: Clock) -> int:
+        done = 0
+        clock.start()
+        got = await client.tool("claim_next", {"queue": QUEUE, "max_todos": self.k})
+        while not got.get("empty"):
+            got = await client.tool("claim_next", {"queue": QUEUE, "max_todos": self.k,
+                                                   "complete": [{"id": t["todo"]["id"]} for t in got["todos"]]})
+            refused = [r for r in got["completed"] if not r["ok"]]
+            if refused:
+                raise VerifyError(f"the round refused {len(refused)}: {refused[0]['error']}")
+            done += len(got["completed"])
+        return done

@@ -359,16 +359,16 @@ def max_todos(value: object) -> int:
     return value
 
 
-def batch_items(value: object, allowed: frozenset[str]) -> list[dict[str, Any]]:
+def batch_items(value: object, allowed: frozenset[str], name: str = "items") -> list[dict[str, Any]]:
     """The `items` of a batched complete / fail: a list of 1 to BATCH_CLOSE_MAX objects with only the
-    `allowed` keys. Each item's values are checked by the verb (errors name `items`)."""
+    `allowed` keys. Each item's values are checked by the verb (errors name the argument, `name`)."""
     if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= BATCH_CLOSE_MAX:
-        raise Invalid(f"items must be a list of 1 to {BATCH_CLOSE_MAX} objects", argument="items")
+        raise Invalid(f"{name} must be a list of 1 to {BATCH_CLOSE_MAX} objects", argument=name)
     for n, item in enumerate(value):
         if not isinstance(item, dict):
-            raise Invalid(f"items[{n}] must be an object", argument="items")
+            raise Invalid(f"{name}[{n}] must be an object", argument=name)
         unknown = sorted(str(k) for k in item if k not in allowed)
         if unknown:
-            name = "".join(ch if ch.isprintable() else "?" for ch in unknown[0][:64])
-            raise Invalid(f"items[{n}] has an unknown field {name}", argument="items")
+            field = "".join(ch if ch.isprintable() else "?" for ch in unknown[0][:64])
+            raise Invalid(f"{name}[{n}] has an unknown field {field}", argument=name)
     return list(value)

@@ -883,10 +883,10 @@ _FAIL_ITEM_FIELDS = _CLOSE_ITEM_FIELDS | {"retry"}
 
 
 def _batch_params(core: Core, caller: Caller, items: object, allowed: frozenset[str],
-                  retry_default: bool | None) -> dict[str, Any]:
+                  retry_default: bool | None, name: str = "items") -> dict[str, Any]:
     """Check every item before any store call: a bad item refuses the whole call (`invalid` naming
-    `items`), so nothing changes."""
-    checked = inputs.batch_items(items, allowed)
+    the argument, `name`), so nothing changes."""
+    checked = inputs.batch_items(items, allowed, name)
     each: list[dict[str, Any]] = []
     seen: set[str] = set()
     for n, item in enumerate(checked):
@@ -896,9 +896,9 @@ def _batch_params(core: Core, caller: Caller, items: object, allowed: frozenset[
             report = _report(core, item.get("summary"), item.get("artifact"), item.get("result"))
             retry = inputs.boolean(item.get("retry"), "retry", retry_default) if retry_default is not None else None
         except Invalid as exc:
-            raise Invalid(f"items[{n}]: {exc.message}", argument="items") from None
+            raise Invalid(f"{name}[{n}]: {exc.message}", argument=name) from None
         if todo_id in seen:
-            raise Invalid(f"items[{n}]: id repeats an earlier item", argument="items")
+            raise Invalid(f"{name}[{n}]: id repeats an earlier item", argument=name)
         seen.add(todo_id)
         each.append({"id": todo_id, **token, **report, "retry": retry})
     return _close_arrays(caller, each, with_retry=retry_default is not None)
@@ -931,20 +931,32 @@ async def _close_many(core: Core, caller: Caller, op: str, sql: str,
     (classified as _miss classifies one)."""
     conn = await core.pool.getconn()
     try:
-        cur = await conn.execute(sql, params)
-        by_id = {r["id"]: _fold_closed(r) for r in await cur.fetchall()}
-        missed = [i for i in params["ids"] if i not in by_id]
-        seen = {}
-        if missed:
-            cur = await conn.execute(Q.todos.classify_miss_batch, {**scope_params(caller), "ids": missed})
-            seen = {r["id"]: r for r in await cur.fetchall()}
+        return await _close_many_on(conn, caller, op, sql, params)
     finally:
         await core.pool.putconn(conn)
+
+
+async def _close_many_on(conn: Any, caller: Caller, op: str, sql: str,
+                         params: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, CoreError]]:
+    """_close_many on a connection the caller holds (inside its transaction, or autocommit)."""
+    cur = await conn.execute(sql, params)
+    by_id = {r["id"]: _fold_closed(r) for r in await cur.fetchall()}
+    missed = [i for i in params["ids"] if i not in by_id]
+    seen = {}
+    if missed:
+        cur = await conn.execute(Q.todos.classify_miss_batch, {**scope_params(caller), "ids": missed})
+        seen = {r["id"]: r for r in await cur.fetchall()}
     return by_id, {i: _missed(caller, op, i, seen.get(i)) for i in missed}
 
 
 async def _close_batch(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     by_id, errors = await _close_many(core, caller, op, sql, params)
+    return await _closes_reported(core, op, params, by_id, errors)
+
+
+async def _closes_reported(core: Core, op: str, params: dict[str, Any], by_id: dict[str, dict[str, Any]],
+                           errors: dict[str, CoreError]) -> list[dict[str, Any]]:
+    """After the commit of a batched close: publish its events, and answer per item in the items' order."""
     shaped = {i: shapes.compact(row) for i, row in by_id.items()}
     if by_id:  # in the items' order
         await core.bus.publish(*(events.build(op, by_id[i], by_id[i].get("closed_attempt"), todo=shaped[i])
@@ -976,6 +988,55 @@ async def fail_batch(core: Core, caller: Caller, items: list[dict[str, Any]], *,
     params.update(backoff_base=core.settings.retry_backoff_base_seconds,
                   backoff_max=core.settings.retry_backoff_max_seconds)
     return await _close_batch(core, caller, "fail", Q.todos.fail_batch, params)
+
+
+async def complete_and_take_next(core: Core, caller: EndpointCaller, items: list[dict[str, Any]], *,
+                                 queue: str | None = None, max_todos: int | None = None,
+                                 lease_ttl_seconds: int | None = None, require_fence: bool | None = None,
+                                 claimant: str | None = None,
+                                 ) -> tuple[list[dict[str, Any]], list[ClaimResult], list[dict[str, Any]]]:
+    """A worker's round in one call: complete `items` (as complete_batch) and claim the next todos (as
+    take_next), in ONE transaction, so the round costs one commit instead of two (docs/decisions.md
+    D52). Answers (the per-item results of complete_batch, the todos claimed, the queues deferred).
+
+    Every item and argument is checked before anything runs: a bad one refuses the whole call and
+    nothing changes. The completions are per item, as complete_batch's; they commit with the claims,
+    or, when the claim loses a race at commit, alone before the claim is run again as take_next runs
+    it. Any other error rolls both back and is raised: nothing changed. An endpoint with policed queues
+    runs the two steps one after the other (the completions commit, then the policed claim)."""
+    close = _batch_params(core, caller, items, _CLOSE_ITEM_FIELDS, None, "complete")
+    n = inputs.max_todos(max_todos) if max_todos is not None else None
+    queues = _claim_queues(caller, queue)
+    params, token = _claim_params(core, caller, lease_ttl_seconds, require_fence, claimant)
+    fenced = token is not None
+    if caller.endpoint_id in core.policed:
+        results = await _close_batch(core, caller, "complete", Q.todos.complete_batch, close)
+        claimed, deferred = await _take(core, caller, queues, params, n, token, combine=False)
+        return results, claimed, deferred
+    raced = False
+    conn = await core.pool.getconn()
+    try:
+        async with conn.transaction():
+            by_id, errors = await _close_many_on(conn, caller, "complete", Q.todos.complete_batch, close)
+            pairs = await _claim_some(conn, queues, params, n, fenced, token)
+    except (psycopg.errors.ExclusionViolation, Conflict):
+        raced = True  # refused at COMMIT (REQ-2): a racing claim opened an attempt first; nothing committed
+    finally:
+        await core.pool.putconn(conn)
+    if raced:  # the completions do not depend on the claim: they go alone, and the claim as its verb runs
+        results = await _close_batch(core, caller, "complete", Q.todos.complete_batch, close)
+        claimed, deferred = await _take(core, caller, queues, params, n, token, combine=False)
+        return results, claimed, deferred
+    results = await _closes_reported(core, "complete", close, by_id, errors)
+    if pairs:
+        claimed, _ = await _claimed(core, pairs, None)
+        return results, claimed, []
+    policed = await admission.any_policy(core, caller.endpoint_id, queues)
+    core.policed.mark(caller.endpoint_id, policed)
+    if not policed:
+        return results, [], []
+    claimed, deferred = await _take_policed(core, caller, queues, params, n, fenced, token)
+    return results, claimed, deferred
 
 
 async def release(core: Core, caller: Caller, todo_id: str, *, summary: str | None = None,

@@ -222,6 +222,15 @@ def close_items(verb: str) -> Param:
         items=_item(verb == "fail"), max_items=limits.BATCH_CLOSE_MAX)
 
 
+COMPLETE_FIRST = Param(
+    "complete", "array",
+    f"Todos you hold to complete before claiming, up to {limits.BATCH_CLOSE_MAX}, each as an item of "
+    "complete's items (id, lease_token, summary, artifact, result): a worker's round in one call and one "
+    'commit. The answer then also carries {"completed": [...]}, one entry per item as complete answers '
+    "items. Needs the complete verb too.",
+    items=_item(False), max_items=limits.BATCH_CLOSE_MAX)
+
+
 # ----------------------------------------------------------------------------------------- outputs
 
 def _t(kind: str | list[str], description: str, **more: Any) -> dict:
@@ -383,22 +392,6 @@ CLAIM_ITEM = {"type": "object", "description": "One todo a batched claim_next cl
               "properties": {"todo": TODO_FULL, **_CLAIM_PROPS, "admission": ADMISSION_USAGE},
               "required": ["todo", "attempt_seq", "attempts_total", "prior_attempts"]}
 
-CLAIM_NEXT_RESULT = {
-    "type": "object",
-    "description": 'Exactly {"empty": true} when nothing is ready; otherwise the claimed todo and its history. '
-                   'With max_todos: {"empty", "todos": [...]}, oldest first.',
-    "properties": {
-        "empty": _t("boolean", "True when nothing was ready to claim."),
-        "todo": TODO_FULL,
-        **_CLAIM_PROPS,
-        "todos": {"type": "array", "items": CLAIM_ITEM,
-                  "description": "With max_todos only: the todos claimed, oldest first ([] when empty)."},
-        "deferred": DEFERRED,
-        "admission": ADMISSION_USAGE,
-    },
-    "required": ["empty"],
-}
-
 _CLOSE_ITEM_RESULT = {
     "type": "object", "description": "What happened to one item.",
     "properties": {
@@ -413,6 +406,25 @@ _CLOSE_ITEM_RESULT = {
     },
     "required": ["id", "ok"],
 }
+
+CLAIM_NEXT_RESULT = {
+    "type": "object",
+    "description": 'Exactly {"empty": true} when nothing is ready; otherwise the claimed todo and its history. '
+                   'With max_todos: {"empty", "todos": [...]}, oldest first.',
+    "properties": {
+        "empty": _t("boolean", "True when nothing was ready to claim."),
+        "todo": TODO_FULL,
+        **_CLAIM_PROPS,
+        "todos": {"type": "array", "items": CLAIM_ITEM,
+                  "description": "With max_todos only: the todos claimed, oldest first ([] when empty)."},
+        "deferred": DEFERRED,
+        "admission": ADMISSION_USAGE,
+        "completed": {"type": "array", "items": _CLOSE_ITEM_RESULT,
+                      "description": "With complete only: one entry per item, in order, as complete answers items."},
+    },
+    "required": ["empty"],
+}
+
 
 # complete / fail: the compact row for one id, or {"results": [...]} for items.
 CLOSE_RESULT = {
