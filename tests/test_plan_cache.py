@@ -145,6 +145,30 @@ async def test_team_queue_claims_use_the_generic_plan(fresh, analysed):
             assert await _plans(conn, "WITH") == (RUNS - 10, 5), name
 
 
+async def test_a_native_statement_is_prepared_and_keeps_its_generic_plan(fresh):
+    """claim_next of an endpoint with its own queue and a team queue (`claim_next_mixed`, longer than
+    psycopg's parse cache) runs through queries.execute's raw cursor: psycopg still prepares it on the
+    server, and PostgreSQL keeps its generic plan."""
+    from switchboard.core import queries
+    from team_world import make_fleet
+
+    core, pg_uri = fresh
+    fleet = await make_fleet(core, endpoints=1)  # its endpoint has "own" and the team queue
+    await producer.push_team_many(core, fleet.humans[0], fleet.slug,
+                                  [{"title": f"t{i}", "queue": "work"} for i in range(100)])
+    caller = fleet.endpoints[0]
+    params, _ = todos._claim_params(core, caller, None, None, None)
+    claim_sql, claim_params, _ = todos._claim_statement(list(caller.queues), params, None, False)
+    assert claim_sql == Q.todos.claim_next_mixed and isinstance(claim_sql, queries.NativeStatement)
+    async with await psycopg.AsyncConnection.connect(pg_uri, autocommit=True, row_factory=dict_row) as conn:
+        for _ in range(RUNS):
+            (row,) = await (await queries.execute(conn, claim_sql, claim_params)).fetchall()
+            assert row["team_id"] is not None and row["state"] == "claimed" and row["attempt_seq"] == 1
+        cur = await conn.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+        (prepared,) = [r for r in await cur.fetchall() if r["statement"] == claim_sql.native]
+    assert (prepared["generic_plans"], prepared["custom_plans"]) == (RUNS - 10, 5)
+
+
 def _rows_touched(node: dict) -> int:
     """Rows the plan node and everything under it produced or threw away, over all its loops."""
     own = (node.get("Actual Rows", 0) * node.get("Actual Loops", 1) + node.get("Rows Removed by Filter", 0)

@@ -90,3 +90,29 @@ def test_the_closed_columns_are_the_attempt_fields_the_python_folds():
     pairs = re.findall(r'a\.(\w+)(?:, [^)]*\))? AS "(closed\.\w+)"', fragment)
     assert [(alias, column) for column, alias in pairs] == list(todos.CLOSED_COLUMNS)
     assert all(alias == f"closed.{column}" for column, alias in pairs)
+
+
+def test_statements_longer_than_the_parse_cache_go_native():
+    """A statement psycopg would parse on every call carries its PostgreSQL form (queries.execute sends
+    it through a raw cursor); the shorter ones are plain text. The limit is psycopg's own."""
+    import psycopg._queries
+
+    assert queries.PARSE_CACHE_MAX_CHARS == psycopg._queries.MAX_CACHED_STATEMENT_LENGTH
+    long = []
+    for file in Q.files():
+        for name in getattr(Q, file).names():
+            sql = getattr(getattr(Q, file), name)
+            over = len(sql.encode()) > queries.PARSE_CACHE_MAX_CHARS
+            assert isinstance(sql, queries.NativeStatement) == over, (file, name)
+            if over:
+                long.append(name)
+                assert "%(" not in sql.native and sql.native.count("$1") >= 1
+    assert "claim_next_mixed" in long and "claim_next_team_group" in long
+
+
+def test_the_native_form_numbers_each_name_once_and_unescapes_percent():
+    s = queries.native("SELECT %(a)s, %(b)s, %(a)s WHERE x LIKE 'agent:%%'", "f.sql: s")
+    assert s.native == "SELECT $1, $2, $1 WHERE x LIKE 'agent:%'" and s.names == ("a", "b")
+    assert s == "SELECT %(a)s, %(b)s, %(a)s WHERE x LIKE 'agent:%%'"  # the text is unchanged
+    with pytest.raises(queries.CatalogueError, match="f.sql: s"):
+        queries.native("SELECT %s", "f.sql: s")

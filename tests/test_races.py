@@ -286,3 +286,57 @@ async def test_race_combined_claimers_a_batch_claimer_and_the_reaper_on_one_queu
         assert await check(core) == []
     print("combined race claims:", dict(took))
     assert took["fleet"] and took["batch"]
+
+
+async def test_race_two_round_workers_a_single_claimer_and_the_reaper_on_one_queue(rcore):
+    """A worker's round in one call (D52): two workers each complete the todos of their last round and
+    claim the next in one transaction (todos.complete_and_take_next), racing a claim_next and the
+    reaper on one queue; odd rounds add lapsed leases. No todo is claimed twice, every completion of a
+    held todo lands, every claim opens exactly one attempt and every attempt is closed once."""
+    core = rcore
+    w = await make_world(core)
+    a, b, c = (w.e1.with_session(s) for s in ("round-a", "round-b", "single"))
+    held: dict[str, list[str]] = {"a": [], "b": []}
+    everything: list[str] = []
+    took = collections.Counter()
+
+    async def round_of(caller, ids: list[str]) -> tuple[list[dict], list[todos.ClaimResult]]:
+        if not ids:
+            return [], await todos.claim_next_batch(core, caller, max_todos=3)
+        results, claimed, _ = await todos.complete_and_take_next(core, caller, [{"id": t} for t in ids], max_todos=3)
+        return results, claimed
+
+    for i in range(ROUNDS):
+        fresh = [(await w.todo(f"r{i}-{k}", max_attempts=5))["id"] for k in range(6)]
+        everything += fresh
+        if i % 2:
+            lapsed = [(await w.todo(f"l{i}-{k}", max_attempts=5))["id"] for k in range(2)]
+            everything += lapsed
+            for t in lapsed:
+                await todos.claim(core, w.e1.with_session("gone"), t)
+            await sql(core, "UPDATE todos SET lease_expires_at = now() - interval '1 minute' WHERE id = ANY(%s)",
+                      (lapsed,))
+        (done_a, got_a), (done_b, got_b), got_c, _ = await asyncio.gather(
+            round_of(a, held["a"]), round_of(b, held["b"]), todos.claim_next(core, c), sweeps.sweep_once(core))
+        assert [r["id"] for r in done_a] == held["a"] and [r["id"] for r in done_b] == held["b"]
+        assert all(r["ok"] for r in done_a + done_b), done_a + done_b  # each held todo's completion lands
+        claimed = [g.todo["id"] for g in got_a + got_b] + ([got_c.todo["id"]] if got_c else [])
+        assert len(claimed) == len(set(claimed)), claimed  # no double claim
+        assert not set(claimed) & set(held["a"] + held["b"])
+        took.update({"a": len(got_a), "b": len(got_b), "c": int(got_c is not None)})
+        if got_c:
+            await todos.complete(core, c, got_c.todo["id"])
+        held = {"a": [g.todo["id"] for g in got_a], "b": [g.todo["id"] for g in got_b]}
+        assert await check(core) == []
+    for caller, key in ((a, "a"), (b, "b")):
+        if held[key]:
+            assert all(o["ok"] for o in await todos.complete_batch(core, caller, [{"id": t} for t in held[key]]))
+    while rest := await todos.claim_next_batch(core, c, max_todos=100):
+        assert all(o["ok"] for o in await todos.complete_batch(core, c, [{"id": g.todo["id"]} for g in rest]))
+    rows = await sql(core, "SELECT todo_id, ended_at, outcome FROM todo_attempts WHERE todo_id = ANY(%s)",
+                     (everything,))
+    assert all(r["ended_at"] is not None and r["outcome"] for r in rows)  # every attempt closed
+    states = await sql(core, "SELECT DISTINCT state FROM todos WHERE id = ANY(%s)", (everything,))
+    assert [s["state"] for s in states] == ["done"]
+    print("round race claims:", dict(took))
+    assert took["a"] and took["b"] and took["c"]

@@ -45,7 +45,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
-from . import inputs
+from . import inputs, queries
 from .errors import Deferred, Forbidden, Invalid, NotFound
 from .models import Core, EndpointCaller, HumanCaller
 from .queries import Q
@@ -188,7 +188,7 @@ async def claim_admitted(conn: AsyncConnection[DictRow], queue: str, params: dic
     else:
         sql = Q.admission.claim_next_own_admitted
     try:
-        cur = await conn.execute(sql, {**params, "queue": queue})
+        cur = await queries.execute(conn, sql, {**params, "queue": queue})
         got = await cur.fetchall()
     except psycopg.errors.ExclusionViolation:
         raise

@@ -15,10 +15,12 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from psycopg import AsyncRawCursor
 
 if TYPE_CHECKING:
-    from psycopg import AsyncCursor
+    from psycopg import AsyncConnection, AsyncCursor
     from psycopg.rows import DictRow
 
 _BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
@@ -65,6 +67,42 @@ def splice(sql: str, fragments: Mapping[str, str], where: str) -> str:
     return sql
 
 
+# psycopg parses a statement's `%(name)s` placeholders once and caches the parse only for statements up
+# to this many characters (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH in 3.2 and 3.3); a longer one is
+# parsed again on every call, 30 to 60 µs of Python for the longest here.
+PARSE_CACHE_MAX_CHARS = 4096
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%|%")
+
+
+class NativeStatement(str):
+    """A statement longer than psycopg's parse cache, its placeholders turned into PostgreSQL's own
+    (`$1`, `$2`, ... in `native`, `names` giving the parameter of each) when the catalogue is built,
+    so that `execute` sends it through a raw cursor, which parses nothing. As a `str` it is the
+    statement's text, as every other statement is."""
+
+    native: str
+    names: tuple[str, ...]
+
+
+def native(sql: str, where: str) -> NativeStatement:
+    names: list[str] = []
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "%%":
+            return "%"
+        name = match.group(1)
+        if name is None:
+            raise CatalogueError(f"{where}: a % that is neither %(name)s nor %%")
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    out = NativeStatement(sql)
+    out.native = _PLACEHOLDER.sub(one, sql)
+    out.names = tuple(names)
+    return out
+
+
 def _read(file: str) -> str:
     return resources.files("switchboard.core.sql").joinpath(f"{file}.sql").read_text("utf-8")
 
@@ -74,9 +112,14 @@ def build() -> dict[str, dict[str, str]]:
     fragments = parse(_read(FRAGMENTS_FILE), FRAGMENTS_FILE)
     files = sorted(p.name[:-4] for p in resources.files("switchboard.core.sql").iterdir()
                    if p.name.endswith(".sql") and p.name != f"{FRAGMENTS_FILE}.sql")
-    return {file: {name: splice(sql, fragments, f"{file}.sql: {name}")
-                   for name, sql in parse(_read(file), file).items()}
-            for file in files}
+    out: dict[str, dict[str, str]] = {}
+    for file in files:
+        out[file] = {}
+        for name, text in parse(_read(file), file).items():
+            sql = splice(text, fragments, f"{file}.sql: {name}")
+            long = len(sql.encode()) > PARSE_CACHE_MAX_CHARS  # psycopg measures the encoded statement
+            out[file][name] = native(sql, f"{file}.sql: {name}") if long else sql
+    return out
 
 
 class _File:
@@ -113,6 +156,15 @@ class Queries:
 
 
 Q = Queries(build())
+
+
+async def execute(conn: AsyncConnection[DictRow], sql: str, params: Mapping[str, Any]) -> AsyncCursor[DictRow]:
+    """`conn.execute(sql, params)`, except that a NativeStatement goes through a raw cursor with its
+    parameters in order: the same statement and values, without psycopg parsing it on every call."""
+    if isinstance(sql, NativeStatement):
+        cur: AsyncCursor[DictRow] = AsyncRawCursor(conn)
+        return await cur.execute(sql.native, [params[name] for name in sql.names])
+    return await conn.execute(sql, params)
 
 
 async def one(cur: AsyncCursor[DictRow]) -> DictRow:

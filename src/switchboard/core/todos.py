@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import admission, events, inputs, shapes
+from . import admission, events, inputs, queries, shapes
 from .errors import Conflict, CoreError, Deferred, Forbidden, Invalid, NotFound
 from .inputs import JsonValue
 from .models import Caller, Core, EndpointCaller, HumanCaller, scope_params
@@ -235,7 +235,7 @@ def _deferral_events(deferred: list[dict[str, Any]]) -> list[events.Event]:
 
 async def _fetch(conn: Any, sql: str, params: dict[str, Any], op: str) -> list[dict[str, Any]]:
     try:
-        cur = await conn.execute(sql, params)
+        cur = await queries.execute(conn, sql, params)
         return list(await cur.fetchall())
     except psycopg.errors.ExclusionViolation:
         # A racing transition opened an attempt first; the constraint refused ours at commit.
@@ -528,7 +528,7 @@ async def _claim_fleet(core: Core, queue: str, claims: list[FleetClaim], policed
         if policed:
             verdicts, rows = await admission.claim_admitted(conn, queue, params, group=True)
         else:
-            cur = await conn.execute(Q.todos.claim_next_team_group, params)
+            cur = await queries.execute(conn, Q.todos.claim_next_team_group, params)
             verdicts, rows = admission.Verdicts({}), list(await cur.fetchall())
     except admission.Refused:  # near a cap, or more claims than one statement may take: ask fewer next
         for c in claims:
