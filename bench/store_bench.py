@@ -10,11 +10,14 @@ in the same run, interleaved in rounds so that noise on the shared machine hits 
                (separates the cost of the Python path from the cost of the SQL)
   bare         one minimal claim CTE (writing the attempt row) + one complete statement, raw psycopg
 
-With --batch N two more variants join the same rotation (issue 17, batched claims):
+With --batch N four more variants join the same rotation (issue 17, batched claims):
 
   batch        `todos.claim_next_batch(max_todos=N)` + one `todos.complete_batch` of what it claimed,
                attempt writes included (one attempt opened and closed per todo); a cycle is one todo
   batch-no-attempts  the same Python path with the batch statements minus the attempt CTEs (REQ-18)
+  round        a worker's round in one call (D52): `todos.complete_and_take_next` completes the last
+               batch and claims the next in one transaction, one commit per batch instead of two
+  round-no-attempts  the same with the batch statements minus the attempt CTEs
 
 Each measurement also records the CPU time per cycle of this Python process and of the embedded
 PostgreSQL (from /proc), which other people's load on a shared machine moves much less than the
@@ -561,6 +564,27 @@ async def batch_worker(tenant: Tenant, size: int, deadline: float) -> tuple[int,
     return n, False
 
 
+async def round_worker(tenant: Tenant, size: int, deadline: float) -> tuple[int, bool]:
+    """A worker's round in one call (D52): one batched claim, then `todos.complete_and_take_next` that
+    completes what the last one claimed and claims the next in one transaction; the last batch is
+    completed alone. A todo counts once completed."""
+    core, caller = tenant.core, tenant.caller
+    n = 0
+    got = await todos.claim_next_batch(core, caller, max_todos=size, lease_ttl_seconds=LEASE_TTL)
+    while got:
+        items = [{"id": g.todo["id"]} for g in got]
+        if time.perf_counter() >= deadline:
+            out = await todos.complete_batch(core, caller, items)
+            got = []
+        else:
+            out, got, _ = await todos.complete_and_take_next(core, caller, items, max_todos=size,
+                                                              lease_ttl_seconds=LEASE_TTL)
+        if not all(o["ok"] for o in out):
+            raise SystemExit(f"bench: a round's completions were refused: {out}")
+        n += len(out)
+    return n, time.perf_counter() < deadline
+
+
 async def core_sql_worker(tenant: Tenant, conn: psycopg.AsyncConnection, deadline: float) -> tuple[int, bool]:
     caller = tenant.caller
     scope = {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": [QUEUE], "owner": caller.owner}
@@ -628,10 +652,18 @@ def make_variants(tenant: Tenant, raw_conns: list[psycopg.AsyncConnection], batc
         with statements_swapped(overlay):
             return await gather([batch_worker(tenant, batch, deadline) for _ in range(w)])
 
+    async def round_run(w: int, deadline: float):
+        return await gather([round_worker(tenant, batch, deadline) for _ in range(w)])
+
+    async def round_no_attempts_run(w: int, deadline: float):
+        with statements_swapped(overlay):
+            return await gather([round_worker(tenant, batch, deadline) for _ in range(w)])
+
     out = [Variant("core", core_run), Variant("no-attempts", no_attempts_run),
            Variant("core-sql", core_sql_run), Variant("bare", bare_run)]
     if batch:
-        out += [Variant("batch", batch_run), Variant("batch-no-attempts", batch_no_attempts_run)]
+        out += [Variant("batch", batch_run), Variant("batch-no-attempts", batch_no_attempts_run),
+                Variant("round", round_run), Variant("round-no-attempts", round_no_attempts_run)]
     swapped: list[tuple[str, _Overlay]] = []
     for where in compare or ():  # the core's Python path with another tree's statements
         swapped.append((f"compare-{Path(where).name or where}", _Overlay("todos", tree_statements(where))))
@@ -1142,15 +1174,19 @@ async def main(args: argparse.Namespace) -> int:
     if args.batch:
         brows = []
         for w in worker_counts:
-            brows.append([str(w)] + [f"{med[v][w]:.0f}" for v in ("core", "batch", "batch-no-attempts")] + [
+            brows.append([str(w)] + [f"{med[v][w]:.0f}" for v in ("core", "batch", "batch-no-attempts", "round",
+                                                                  "round-no-attempts")] + [
                 f"{paired_ratio(r['batch'][w], r['core'][w]):.2f}",
-                f"{paired_ratio(r['batch'][w], r['batch-no-attempts'][w]):.2f}"])
+                f"{paired_ratio(r['batch'][w], r['batch-no-attempts'][w]):.2f}",
+                f"{paired_ratio(r['round'][w], r['batch'][w]):.2f}",
+                f"{paired_ratio(r['round'][w], r['round-no-attempts'][w]):.2f}"])
         batch_lines = [
             "",
             f"batched: claim_next_batch(max_todos={args.batch}) + complete_batch, todos/s (same rounds; a cycle"
             " is one todo claimed and completed, its attempt opened and closed)",
-            fmt_table(brows, ["workers", "core (per claim)", "batch", "batch-no-attempts", "batch/core",
-                              "batch/no-att"]),
+            fmt_table(brows, ["workers", "core (per claim)", "batch", "batch-no-attempts", "round",
+                              "round-no-attempts", "batch/core", "batch/no-att", "round/batch",
+                              "round/no-att"]),
         ]
     if args.levers or args.compare:
         batch_lines += ["", variant_cpu_report(tput, worker_counts, args.compare)]
@@ -1329,6 +1365,8 @@ def _report_without_latency(args, tput, tput_table, cpu_table, batch_lines, work
         if args.batch:
             targets.append((f"batch >= 0.90 x batch-no-attempts at {w} workers (REQ-18)",
                             paired_ratio(r["batch"][w], r["batch-no-attempts"][w]), 0.90))
+            targets.append((f"round >= 0.90 x round-no-attempts at {w} workers (REQ-18)",
+                            paired_ratio(r["round"][w], r["round-no-attempts"][w]), 0.90))
     machine = (f"{info['nproc']} CPUs ({info['cpu']}), {info['ram_gib']} GiB RAM, PostgreSQL "
                f"{facts['server_version']} ({server_how}; shared_buffers {facts['shared_buffers']}, "
                f"synchronous_commit {facts['synchronous_commit']}, fsync {facts['fsync']}), Python "

@@ -216,6 +216,40 @@ class QueueMachine(RuleBasedStateMachine):
             assert out["state"] == "failed"
             assert out["dead_letter"] == (not retry or out["attempt"] >= out["max_attempts"])
 
+    @rule(t=todos, role=st.sampled_from(["own", "own_other_session", "foreign"]),
+          tok=st.sampled_from(["right", "none", "wrong"]), fence=st.booleans())
+    def complete_then_claim(self, t, role, tok, fence):
+        """claim_next with `complete` (D52): the completion answers per item as complete would, and
+        the claim as claim_next would, in one transaction."""
+        actor = self.actor(t, role)
+        before = self.open_attempt(t)
+        token = {"right": self.tokens.get((t, before["seq"])) if before else None, "none": None,
+                 "wrong": "not-a-lease-token"}[tok]
+        item = {"id": t} if token is None else {"id": t, "lease_token": token}
+        try:
+            results, claimed, _ = self.run(todos.complete_and_take_next(self.core, self.callers[actor], [item],
+                                                                        require_fence=fence))
+        except CoreError as exc:
+            if self._revoked_endpoint(actor) and exc.code == "unauthorized":
+                return
+            raise AssertionError(exc) from exc
+        (res,) = results
+        foreign = SIDE[actor] != self.side_of[t]
+        if res["ok"]:
+            self.counts["ok"] += 1
+            assert not foreign and not self._revoked_endpoint(actor), (actor, t)
+            assert tok != "wrong" and before is not None and (not before["fenced"] or token is not None)
+            assert res["todo"]["state"] == "done"
+        else:
+            self.counts["refused"] += 1
+            assert res["error"]["code"] == ("not_found" if foreign else "conflict") or (
+                self._revoked_endpoint(actor) and res["error"]["code"] == "unauthorized"), (actor, res)
+        assert not (claimed and self._revoked_endpoint(actor)), "a revoked endpoint claimed"
+        for out in claimed:
+            self.counts["ok"] += 1
+            assert self.side_of[out.todo["id"]] == SIDE[actor]
+            self._claimed(out.todo["id"], out, fence)
+
     @rule(t=todos, role=ROLES, tok=st.sampled_from(["right", "none", "wrong"]))
     def release(self, t, role, tok):
         actor = self.actor(t, role)
