@@ -11,7 +11,8 @@ Returns a list of violations (empty when the database is consistent):
   with the lease clock stopped, a pending or finished one holds no lease);
 - counters agree: a parked retry is below the cap, attempts_pruned <= attempts_total (attempt may pass
   max_attempts: a todo released at the cap is claimable again and dead-letters on its next end);
-- no attempt ends before it was claimed;
+- no attempt ends before it was claimed, and none is claimed before the one before it ended (one
+  holder at a time, in the recorded times too: docs/decisions.md D53);
 - an owner's lease extension is recorded only on an agent's attempt (the owner's own extension of
   their own lease is a heartbeat), or on a team todo on another member's (a todo has one owning human,
   a team many), never before the claim;
@@ -98,6 +99,9 @@ CHECKS = {
             OR (state <> '{S.FAILED}' AND next_retry_at IS NOT NULL)""",
     "attempt ended before it was claimed": """
         SELECT todo_id FROM todo_attempts WHERE ended_at < claimed_at""",
+    "attempt claimed before the one before it ended": """
+        SELECT b.todo_id FROM todo_attempts a JOIN todo_attempts b ON b.todo_id = a.todo_id AND b.seq = a.seq + 1
+         WHERE a.ended_at IS NULL OR a.ended_at > b.claimed_at""",
     "owner extension on the owner's own attempt, or before its claim": """
         SELECT a.todo_id FROM todo_attempts a JOIN todos t ON t.id = a.todo_id
          WHERE a.owner_extended_at IS NOT NULL

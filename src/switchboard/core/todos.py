@@ -509,12 +509,9 @@ async def _fleet_part(core: Core, queue: str, claims: list[FleetClaim], policed:
     return outs
 
 
-async def _claim_fleet(core: Core, queue: str, claims: list[FleetClaim], policed: bool,
-                       ) -> tuple[admission.Verdicts, list[tuple[ClaimResult, dict[str, Any], int]]] | None:
-    """The group statement of _fleet_group: the verdict (none unpoliced) and each todo claimed with its
-    row and the place of the call it went to; None when the statement failed (a refusal of the group's
-    claims, a racing transition's exclusion violation at commit, or anything else): every call is then
-    answered alone, as it would have been without the others."""
+def fleet_params(queue: str, claims: list[FleetClaim]) -> tuple[dict[str, Any], list[str] | None]:
+    """The parameters of a fleet's group statement (`claim_next_team_group`, or its policed form) for
+    these calls, and the lease token of each call when they are fenced."""
     tokens = [new_lease_token() for _ in claims] if claims[0].token is not None else None
     params = {"queue": queue, "ttl": claims[0].params["ttl"], "max_todos": len(claims),
               "endpoint_id": claims[0].caller.endpoint_id,
@@ -522,6 +519,16 @@ async def _claim_fleet(core: Core, queue: str, claims: list[FleetClaim], policed
               "sessions": [c.caller.session_id for c in claims],
               "claimants": [c.params["claimant"] for c in claims],
               "new_token_hashes": [sha256(t) for t in tokens] if tokens else None}
+    return params, tokens
+
+
+async def _claim_fleet(core: Core, queue: str, claims: list[FleetClaim], policed: bool,
+                       ) -> tuple[admission.Verdicts, list[tuple[ClaimResult, dict[str, Any], int]]] | None:
+    """The group statement of _fleet_group: the verdict (none unpoliced) and each todo claimed with its
+    row and the place of the call it went to; None when the statement failed (a refusal of the group's
+    claims, a racing transition's exclusion violation at commit, or anything else): every call is then
+    answered alone, as it would have been without the others."""
+    params, tokens = fleet_params(queue, claims)
     refused = False
     conn = await core.pool.getconn()
     try:

@@ -174,6 +174,11 @@ SELECT r.* FROM (
 -- skips the prior-attempts read (it has none), and none is NULL, not an empty array, so that Python
 -- does not parse `[]` for most claims (todos._result reads NULL as none). Written tight: the claim statements stay under the 4,096
 -- characters up to which psycopg caches a statement's parsing.
+-- The claim's time is never before the todo's last change, `greatest(now(), x.updated_at)`, and
+-- every transition that closes an attempt sets updated_at to its ended_at: now() is the start of
+-- the claim's transaction, which can precede the commit of a release or a reap the claim then sees
+-- (a round's complete runs first; a statement is planned after its transaction began), and a todo's
+-- attempts must not overlap (docs/decisions.md D53).
 , cap AS (
 SELECT greatest(5, coalesce((SELECT value::int FROM settings WHERE key = 'attempt_history_max_per_todo'),
 50)) AS n
@@ -187,7 +192,7 @@ UPDATE todos x
 SET state = 'claimed', owner = %(owner)s, lease_expires_at = now() + make_interval(secs => %(ttl)s),
 attempt = x.attempt + 1, attempts_total = x.attempts_total + 1,
 attempts_pruned = greatest(x.attempts_pruned, x.attempts_total + 1 - (SELECT n FROM cap)),
-claimed_at = now(), next_retry_at = NULL, updated_at = now(),
+claimed_at = greatest(now(), x.updated_at), next_retry_at = NULL, updated_at = greatest(now(), x.updated_at),
 claimed_by_endpoint_id = %(claimer_endpoint_id)s::uuid
 FROM t
 WHERE x.id = t.id
@@ -196,7 +201,7 @@ RETURNING x.*, t.prior_state
 INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, claimer_endpoint_id, claimer_session, owner,
 claimant, claimed_at, lease_expires_at, lease_token_hash)
 SELECT c.id, c.attempts_total, c.attempt, %(claimer_kind)s, %(claimer_endpoint_id)s::uuid, %(session)s,
-c.owner, %(claimant)s, now(), c.lease_expires_at, %(new_token_hash)s::bytea
+c.owner, %(claimant)s, c.claimed_at, c.lease_expires_at, %(new_token_hash)s::bytea
 FROM claimed c
 RETURNING seq
 ), pruned AS (
@@ -283,7 +288,8 @@ SELECT r.* FROM (
            attempt = x.attempt + 1,
            attempts_total = x.attempts_total + 1,
            attempts_pruned = greatest(x.attempts_pruned, x.attempts_total + 1 - (SELECT n FROM cap)),
-           claimed_at = now(), next_retry_at = NULL, updated_at = now(),
+           claimed_at = greatest(now(), x.updated_at), next_retry_at = NULL,
+           updated_at = greatest(now(), x.updated_at),
            claimed_by_endpoint_id = %(claimer_endpoint_id)s::uuid
       FROM t
      WHERE x.id = t.id
@@ -292,7 +298,7 @@ SELECT r.* FROM (
     INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, claimer_endpoint_id, claimer_session,
                                owner, claimant, claimed_at, lease_expires_at, lease_token_hash)
     SELECT c.id, c.attempts_total, c.attempt, %(claimer_kind)s, %(claimer_endpoint_id)s::uuid,
-           %(session)s, c.owner, %(claimant)s, now(), c.lease_expires_at,
+           %(session)s, c.owner, %(claimant)s, c.claimed_at, c.lease_expires_at,
            (%(new_token_hashes)s::bytea[])[c.i]
       FROM claimed c
     RETURNING seq
@@ -310,7 +316,8 @@ SELECT r.* FROM (
            attempt = x.attempt + 1,
            attempts_total = x.attempts_total + 1,
            attempts_pruned = greatest(x.attempts_pruned, x.attempts_total + 1 - (SELECT n FROM cap)),
-           claimed_at = now(), next_retry_at = NULL, updated_at = now(),
+           claimed_at = greatest(now(), x.updated_at), next_retry_at = NULL,
+           updated_at = greatest(now(), x.updated_at),
            claimed_by_endpoint_id = t.claimer
       FROM t
      WHERE x.id = t.id
@@ -318,7 +325,7 @@ SELECT r.* FROM (
 ), opened AS (
     INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, claimer_endpoint_id, claimer_session,
                                owner, claimant, claimed_at, lease_expires_at, lease_token_hash)
-    SELECT c.id, c.attempts_total, c.attempt, 'endpoint', t.claimer, t.session, c.owner, t.claimant, now(),
+    SELECT c.id, c.attempts_total, c.attempt, 'endpoint', t.claimer, t.session, c.owner, t.claimant, c.claimed_at,
            c.lease_expires_at, t.token_hash
       FROM claimed c JOIN t ON t.id = c.id
     RETURNING seq

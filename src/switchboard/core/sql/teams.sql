@@ -89,7 +89,8 @@ WITH t AS (
 ), u AS (
     UPDATE todos x
        SET state = 'pending', owner = NULL, lease_expires_at = NULL, claimed_by_endpoint_id = NULL,
-           attempt = greatest(x.attempt - 1, 0), updated_at = now(), last_ringed_at = NULL,
+           attempt = greatest(x.attempt - 1, 0), updated_at = greatest(now(), x.claimed_at),
+           last_ringed_at = NULL,
            ring_attempts = 0
       FROM t
      WHERE x.id = t.id

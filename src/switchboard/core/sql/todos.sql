@@ -380,7 +380,8 @@ SELECT u.*, (SELECT to_jsonb(a) FROM a) AS closed_attempt FROM u
 -- No attempt opens or closes; history and attempts_total stay, so the next seq continues.
 UPDATE todos
    SET state = 'pending', owner = NULL, lease_expires_at = NULL, attempt = 0, result = NULL,
-       claimed_at = NULL, completed_at = NULL, next_retry_at = NULL, updated_at = now(),
+       claimed_at = NULL, completed_at = NULL, next_retry_at = NULL,
+       updated_at = greatest(now(), todos.updated_at),
        last_ringed_at = NULL, ring_attempts = 0
  WHERE todos.id = %(id)s AND todos.state = 'failed' AND {{scope}}
 RETURNING todos.*
