@@ -8,10 +8,16 @@ load, where a claim statement is planned after its transaction began; a round (c
 `complete`) and the locked admission path widen the window to whole statements. Each test here opens
 that window on purpose: the claim's transaction begins, the close commits on another connection, then
 the claim statement runs in the first transaction.
+
+The other side of the same fact: a statement's snapshot predates the lock waits inside it. A cancel or
+a revocation that waited for a claim holding the todo saw the todo claimed (its lock re-reads the row)
+but not the attempt the claim had just opened, and ended the todo with that attempt open for good.
+The last tests hold a claim open while the transition waits for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,7 +26,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from core_world import attempt_rows, check, lapse, make_world, sql
-from switchboard.core import queries, sweeps, teams, todos
+from switchboard.core import endpoints, events, queries, sweeps, teams, todos
 from switchboard.core.models import scope_params
 from switchboard.core.queries import Q
 from team_world import make_fleet
@@ -149,4 +155,72 @@ async def test_a_round_claims_no_earlier_than_the_todos_last_change(core):
     (done,) = await attempt_rows(core, mine["id"])
     released, claimed = await attempt_rows(core, theirs["id"])
     assert done["ended_at"] < released["ended_at"] <= claimed["claimed_at"]
+    assert await check(core) == []
+
+
+async def _while_a_claim_is_uncommitted(pg_uri: str, core, caller, queue: str,
+                                        transition: Callable[[], Awaitable[Any]]) -> Any:
+    """Claim on a connection of its own and, before it commits, start `transition`; it must wait for
+    the claim's lock. Then commit the claim and return what the transition answered."""
+    async with await psycopg.AsyncConnection.connect(pg_uri, row_factory=dict_row) as conn:
+        params, _ = todos._claim_params(core, caller, None, None, None)
+        claim_sql, p, _ = todos._claim_statement([queue], params, None, False)
+        assert len(await (await queries.execute(conn, claim_sql, p)).fetchall()) == 1
+        task = asyncio.create_task(transition())
+        await asyncio.sleep(0.3)
+        assert not task.done(), "the transition did not wait for the claim"
+        await conn.commit()
+        return await task
+
+
+async def test_a_cancel_that_waited_for_a_claim_closes_the_attempt_it_opened(core, pg_uri):
+    w = await make_world(core)
+    t = await w.todo("cancel me")
+    seen: list[events.Event] = []
+    core.bus.subscribe(seen.append)
+    out = await _while_a_claim_is_uncommitted(pg_uri, core, w.e1, "inbox",
+                                              lambda: todos.cancel(core, w.h1, t["id"]))
+    assert out["state"] == "canceled"
+    (a,) = await attempt_rows(core, t["id"])
+    assert (a["outcome"], a["disposition"]) == ("canceled", "canceled") and a["ended_at"] >= a["claimed_at"]
+    (ev,) = [e for e in seen if e.verb == "cancel"]
+    assert ev.closed_row is not None and ev.closed_row["outcome"] == "canceled"
+    assert await check(core) == []
+
+
+async def test_a_revocation_that_waited_for_a_claim_closes_the_attempt_it_opened(core, pg_uri):
+    w = await make_world(core)
+    t = await w.todo("revoked while claimed")
+    other = await w.todo("pending when revoked")
+    seen: list[events.Event] = []
+    core.bus.subscribe(seen.append)
+    out = await _while_a_claim_is_uncommitted(pg_uri, core, w.e1, "inbox",
+                                              lambda: endpoints.revoke(core, w.h1, w.slug1))
+    assert out["dead_lettered"] == 2
+    (a,) = await attempt_rows(core, t["id"])
+    assert (a["outcome"], a["disposition"]) == ("revoked", "dead_lettered") and a["ended_at"] >= a["claimed_at"]
+    assert await attempt_rows(core, other["id"]) == []
+    revoked = {e.todo_id: e for e in seen if e.verb == "revoke"}
+    assert revoked[t["id"]].final_attempt is not None and revoked[t["id"]].final_attempt["outcome"] == "revoked"
+    assert await check(core) == []
+
+
+@pytest.mark.parametrize("how", ("member_removed", "endpoint_revoked", "grant_withdrawn"))
+async def test_a_team_hand_back_that_waited_for_a_claim_closes_the_attempt_it_opened(core, pg_uri, how):
+    """On a team queue the claim takes the reach's locks, which these transitions' first statements
+    wait for; their hand-back, a later statement, then sees the attempt."""
+    fleet = await make_fleet(core, members=3)
+    t = await fleet.push("handed back")
+
+    async def transition() -> Any:
+        if how == "member_removed":
+            return await teams.remove_member(core, fleet.humans[0], fleet.slug, fleet.humans[2].name)
+        if how == "endpoint_revoked":
+            return await endpoints.revoke(core, fleet.humans[2], fleet.ep_slugs[2])
+        return await teams.ungrant(core, fleet.humans[0], fleet.slug, fleet.label, fleet.ep_slugs[2])
+
+    await _while_a_claim_is_uncommitted(pg_uri, core, fleet.endpoints[2], fleet.label, transition)
+    (a,) = await attempt_rows(core, t["id"])
+    assert a["disposition"] == "requeued" and a["ended_at"] >= a["claimed_at"]
+    assert (await sql(core, "SELECT state FROM todos WHERE id = %s", (t["id"],)))[0]["state"] == "pending"
     assert await check(core) == []

@@ -12,7 +12,7 @@ from .errors import Invalid, NotFound
 from .models import DEFAULT_VERBS, VERBS, Core, EndpointCaller, HumanCaller, effective_verbs
 from .queries import Q, one
 from .secrets import display_prefix, new_credential, new_slug, same, sha256
-from .states import AttemptOutcome
+from .states import HELD_STATES, AttemptOutcome
 
 
 def public(row: dict[str, Any]) -> dict[str, Any]:
@@ -129,6 +129,13 @@ async def _revoke_id(core: Core, endpoint_id: UUID) -> tuple[bool, int]:
         await conn.execute(Q.endpoints.lock_for_revoke, {"endpoint_id": endpoint_id})
         cur = await conn.execute(Q.endpoints.revoke, {"endpoint_id": endpoint_id})
         rows = await cur.fetchall()
+        unseen = [r["id"] for r in rows if r.get("id") is not None and r["closed_attempt"] is None
+                  and r["prior_state"] in HELD_STATES]
+        if unseen:  # held by claims that committed while the cascade waited for their todos
+            cur = await conn.execute(Q.endpoints.revoke_unseen_attempts, {"ids": unseen})
+            closed = {r["todo_id"]: r["closed_attempt"] for r in await cur.fetchall()}
+            for r in rows:
+                r["closed_attempt"] = r["closed_attempt"] or closed.get(r["id"])
         # Team todos this endpoint holds go back to the team's queue (docs/decisions.md D32).
         cur = await conn.execute(Q.teams.hand_back, {"endpoint_ids": [endpoint_id], "team_id": None, "owner": None,
                                                      "queue": None, "outcome": AttemptOutcome.REVOKED})

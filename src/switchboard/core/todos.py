@@ -74,6 +74,15 @@ async def _one(core: Core, sql: str, params: dict[str, Any]) -> dict[str, Any] |
         await core.pool.putconn(conn)
 
 
+async def _one_after(core: Core, first: str, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """`sql`'s first row, after `first` in the same transaction: `first` takes the locks `sql` needs,
+    and `sql`, a later statement, sees whatever committed while they were awaited."""
+    async with core.pool.connection() as conn, conn.transaction():
+        await conn.execute(first, params)
+        cur = await conn.execute(sql, params)
+        return await cur.fetchone()
+
+
 async def _miss(core: Core, caller: Caller, todo_id: str, op: str, *, queue_forbidden: bool = True) -> CoreError:
     """Classify a transition that matched no row (REQ-19)."""
     row = await _one(core, Q.todos.classify_miss, {"id": todo_id, **scope_params(caller)})
@@ -744,13 +753,14 @@ def _fold_closed(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict[str, Any], *,
-                 ready: str | None = None, batch_sql: str | None = None,
-                 fleet_sql: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                 ready: str | None = None, batch_sql: str | None = None, fleet_sql: str | None = None,
+                 lock_sql: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """One lease transition by the holder. With `batch_sql` (complete, fail) it runs alone or with the
     concurrent ones of the same op and caller scope (core/combine.py) as one `batch_sql` statement,
     which does for each todo what `sql` does for one; an endpoint whose only queue is a team queue
     joins instead the concurrent ones of every endpoint on that queue, as one `fleet_sql` statement
-    (D51). Returns the row and its compact shape."""
+    (D51). With `lock_sql` (a transition that is not the holder's, which a claim can race) that
+    statement runs first, in the same transaction. Returns the row and its compact shape."""
     fleet = _fleet_queue(caller) if core.settings.combine_calls else None
     if fleet is not None and fleet_sql is not None and isinstance(caller, EndpointCaller):
         row = await core.fleet_closes.submit((op, fleet), FleetClose(caller, params),
@@ -759,7 +769,7 @@ async def _close(core: Core, caller: Caller, op: str, sql: str, params: dict[str
         key = (op, caller.with_session(None) if isinstance(caller, EndpointCaller) else caller)
         row = await core.closes.submit(key, params, functools.partial(_close_group, core, caller, op, sql, batch_sql))
     else:
-        alone = await _one(core, sql, params)
+        alone = await (_one(core, sql, params) if lock_sql is None else _one_after(core, lock_sql, sql, params))
         if alone is None:
             raise await _miss(core, caller, params["id"], op)
         row = alone
@@ -1086,9 +1096,11 @@ async def provide_input(core: Core, caller: HumanCaller, todo_id: str, *, payloa
 
 
 async def cancel(core: Core, caller: HumanCaller, todo_id: str) -> dict[str, Any]:
+    """Cancel a todo that is not finished; its open attempt, if any, closes `canceled`. Two statements in
+    one transaction: the todo is locked first, so that a claim committing meanwhile is seen whole."""
     todo_id = _todo_id(todo_id)
     params = {**scope_params(caller), "id": todo_id}
-    _, todo = await _close(core, caller, "cancel", Q.todos.cancel, params)
+    _, todo = await _close(core, caller, "cancel", Q.todos.cancel, params, lock_sql=Q.todos.lock_for_cancel)
     return todo
 
 

@@ -51,13 +51,16 @@ SELECT id FROM endpoints WHERE id = %(endpoint_id)s FOR NO KEY UPDATE
 
 -- name: revoke
 -- The revocation cascade (SYSTEM.md section 6, last row): the endpoint stops, every live todo of it
--- becomes a dead letter, and each open attempt closes `revoked` / `dead_lettered`. One statement.
+-- becomes a dead letter, and each open attempt closes `revoked` / `dead_lettered`. One statement;
+-- `prior_state` is each todo's state when locked. A claim that committed while this statement waited
+-- for its todo opened an attempt this statement cannot see (its snapshot predates the wait): such a
+-- todo, held with no attempt closed here, is closed by `revoke_unseen_attempts`, the next statement.
 WITH ep AS (
     UPDATE endpoints SET state = 'revoked', revoked_at = now()
      WHERE id = %(endpoint_id)s AND state = 'active'
     RETURNING id
 ), t AS (
-    SELECT todos.id, todos.attempts_total FROM todos JOIN ep ON todos.endpoint_id = ep.id
+    SELECT todos.id, todos.attempts_total, todos.state AS prior_state FROM todos JOIN ep ON todos.endpoint_id = ep.id
      WHERE todos.state IN ('pending', 'claimed', 'input-required')
         OR (todos.state = 'failed' AND todos.next_retry_at IS NOT NULL)
        FOR UPDATE OF todos
@@ -79,8 +82,18 @@ WITH ep AS (
     RETURNING x.*
 )
 SELECT (SELECT count(*) FROM ep) AS revoked,
-       u.*, (SELECT to_jsonb(a) FROM a WHERE a.todo_id = u.id) AS closed_attempt
+       u.*, (SELECT to_jsonb(a) FROM a WHERE a.todo_id = u.id) AS closed_attempt,
+       (SELECT t.prior_state FROM t WHERE t.id = u.id) AS prior_state
   FROM (SELECT 1) one LEFT JOIN u ON true
+
+-- name: revoke_unseen_attempts
+-- After `revoke`, in its transaction: the open attempts of %(ids)s, todos it dead-lettered while held
+-- without closing an attempt, which claims committed while it waited had opened.
+UPDATE todo_attempts a
+   SET ended_at = greatest(now(), a.claimed_at), outcome = 'revoked', disposition = 'dead_lettered'
+  FROM todos t
+ WHERE t.id = ANY(%(ids)s::text[]) AND a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL
+RETURNING a.todo_id, to_jsonb(a) AS closed_attempt
 
 -- name: by_credential_any_state
 -- The endpoint a credential belongs to, whatever its state: only to answer an open MCP session of a

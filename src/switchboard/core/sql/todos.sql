@@ -354,21 +354,29 @@ UPDATE todos x
  WHERE x.id = t.id
 RETURNING x.*
 
+-- name: lock_for_cancel
+-- First statement of a cancel's transaction: waits for a claim holding the todo, so that `cancel`, a
+-- later statement, sees the attempt that claim opened (a statement's snapshot predates its lock
+-- waits: in one statement the todo would be canceled with that attempt left open).
+SELECT todos.id FROM todos WHERE todos.id = %(id)s AND {{scope}} FOR UPDATE
+
 -- name: cancel
+-- After lock_for_cancel. Never before the claim: one that committed while the lock waited for it has
+-- a later transaction time than ours.
 WITH t AS (
     SELECT todos.id, todos.attempts_total FROM todos
      WHERE todos.id = %(id)s AND todos.state IN ('pending', 'claimed', 'input-required') AND {{scope}}
        FOR UPDATE
 ), a AS (
     UPDATE todo_attempts a
-       SET ended_at = now(), outcome = 'canceled', disposition = 'canceled'
+       SET ended_at = greatest(now(), a.claimed_at), outcome = 'canceled', disposition = 'canceled'
       FROM t
      WHERE a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL
     RETURNING a.*
 ), u AS (
     UPDATE todos x
        SET state = 'canceled', lease_expires_at = NULL, next_retry_at = NULL,
-           completed_at = now(), updated_at = now()
+           completed_at = greatest(now(), x.claimed_at), updated_at = greatest(now(), x.claimed_at)
       FROM t
      WHERE x.id = t.id
     RETURNING x.*
