@@ -13,8 +13,8 @@ import pytest_asyncio
 
 from conftest import clean_database, core_for, create_database
 from core_world import check, make_world, sql
-from switchboard.core import sweeps, todos
-from switchboard.core.errors import Conflict
+from switchboard.core import endpoints, sweeps, todos
+from switchboard.core.errors import Conflict, Unauthorized
 
 ROUNDS = 200
 PLANT = ("INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, owner, claimed_at, lease_expires_at)"
@@ -340,3 +340,58 @@ async def test_race_two_round_workers_a_single_claimer_and_the_reaper_on_one_que
     assert [s["state"] for s in states] == ["done"]
     print("round race claims:", dict(took))
     assert took["a"] and took["b"] and took["c"]
+
+
+async def test_race_a_humans_cancel_against_claim_next(rcore):
+    """D54: whichever goes first, the todo ends canceled and an attempt the claim opened is closed
+    `canceled`, never left open (the cancel that waits for the claim sees its attempt)."""
+    core = rcore
+    w = await make_world(core)
+    order = collections.Counter()
+    for i in range(ROUNDS):
+        t = (await w.todo(f"c{i}"))["id"]
+        canceled, got = await asyncio.gather(todos.cancel(core, w.h1, t), todos.claim_next(core, w.e1))
+        assert canceled["state"] == "canceled"
+        rows = await sql(core, "SELECT outcome, disposition, claimed_at, ended_at FROM todo_attempts"
+                               " WHERE todo_id = %s", (t,))
+        if got is None:
+            assert rows == []
+            order["cancel first"] += 1
+        else:
+            assert got.todo["id"] == t
+            (a,) = rows
+            assert (a["outcome"], a["disposition"]) == ("canceled", "canceled") and a["ended_at"] >= a["claimed_at"]
+            order["claim first"] += 1
+        assert await check(core) == []
+    print("cancel vs claim_next:", dict(order))
+    assert sum(order.values()) == ROUNDS
+
+
+async def test_race_a_revocation_against_claim_next(rcore):
+    """D54: the endpoint's todo ends a dead letter whichever goes first; an attempt the claim opened is
+    closed `revoked`, and a claim after the revocation is refused."""
+    core = rcore
+    w = await make_world(core)
+    order = collections.Counter()
+    for i in range(ROUNDS):
+        ep, credential = await endpoints.vend(core, w.h1, agent=f"racer-{i % 5}", queues=["inbox"])
+        caller = endpoints.caller_from_row(await endpoints.resolve_credential(core, credential))
+        t, _ = await todos.create(core, endpoint_id=caller.endpoint_id, queue="inbox", title=f"v{i}")
+        revoked, got = await asyncio.gather(endpoints.revoke(core, w.h1, ep["slug"]),
+                                            todos.claim_next(core, caller), return_exceptions=True)
+        assert revoked["dead_lettered"] == 1, revoked
+        row = (await sql(core, "SELECT state, next_retry_at FROM todos WHERE id = %s", (t["id"],)))[0]
+        assert row == {"state": "failed", "next_retry_at": None}
+        rows = await sql(core, "SELECT outcome, disposition, claimed_at, ended_at FROM todo_attempts"
+                               " WHERE todo_id = %s", (t["id"],))
+        if isinstance(got, todos.ClaimResult):
+            (a,) = rows
+            assert (a["outcome"], a["disposition"]) == ("revoked", "dead_lettered") and a["ended_at"] >= a["claimed_at"]
+            order["claim first"] += 1
+        else:
+            assert isinstance(got, Unauthorized) or got is None, got
+            assert rows == []
+            order["revocation first"] += 1
+        assert await check(core) == []
+    print("revocation vs claim_next:", dict(order))
+    assert sum(order.values()) == ROUNDS
