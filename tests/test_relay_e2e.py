@@ -151,8 +151,8 @@ def test_timeouts_and_the_quality_gate_gate_tasks_while_two_run_at_once(world):
     assert sloppy["receipt"]["error_category"] == "quality_gate"
     assert "build/T2.txt still has a TODO in it" in sloppy["receipt"]["error_summary"]
     assert sloppy["disposition"] == "dead_lettered" and hung["disposition"] == "dead_lettered"
-    # --workers 2: T2 was claimed while T1's worker still ran.
-    assert hung["started_at"] < sloppy["started_at"] < hung["ended_at"]
+    # --workers 2: T2 was claimed while T1's worker still ran (with it, in one claim_next, or after it).
+    assert hung["started_at"] <= sloppy["started_at"] < hung["ended_at"]
     # An artifact the server accepts is sent with the report; any other is dropped, and the receipt says so.
     (linked,), (local,) = led["attempts"]["T4"], led["attempts"]["T5"]
     assert linked["artifact"] == "https://ci.example.com/logs/4" and linked["result"] == "success"
@@ -160,6 +160,45 @@ def test_timeouts_and_the_quality_gate_gate_tasks_while_two_run_at_once(world):
     hung_pid = next(pid for task, _, _, pid in world.runs() if task == "T1")
     assert not _alive(hung_pid)
     assert_ledger_matches_server(world, "relay-demo")
+
+
+def test_free_worker_slots_are_filled_by_one_batched_claim(world):
+    """Issue 17: the relay claims for all its free slots at once (claim_next with max_todos), each todo
+    under its own fenced lease and attempt. One call is one statement: the attempts share their
+    claimed_at, which separate claims never do."""
+    write_epic(world.dir, _epic({"A": {"title": "a"}, "B": {"title": "b"}, "C": {"title": "c"},
+                                 "D": {"title": "after all three", "depends_on": ["A", "B", "C"]}}))
+    r = world.relay("work", "--workers", "3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = world.sql("SELECT t.payload->>'task_id', a.claimed_at, a.lease_token_hash IS NOT NULL, a.outcome"
+                     " FROM todo_attempts a JOIN todos t ON t.id = a.todo_id ORDER BY 1")
+    assert [(task, fenced, outcome) for task, _, fenced, outcome in rows] == [
+        ("A", True, "completed"), ("B", True, "completed"), ("C", True, "completed"), ("D", True, "completed")]
+    first_three = {claimed_at for task, claimed_at, _, _ in rows if task != "D"}
+    assert len(first_three) == 1, "A, B and C were not claimed in one call"
+    assert rows[3][1] > next(iter(first_three))
+    assert_ledger_matches_server(world, "relay-demo")
+
+
+def test_a_stranger_on_the_epics_queue_stops_the_relay_and_its_batch_is_released(world):
+    """A todo on the queue that is not a task of the epic stops the relay before any worker starts; it
+    is released, and so is the task claimed in the same call, each with a note saying why."""
+    import httpx
+
+    base, slug = world.url.split("/mcp/")
+    r = httpx.post(f"{base}/api/v1/endpoints/{slug}/todos", json={"title": "stranger", "queue": "relay-demo"},
+                   headers={"Authorization": f"Bearer {world.token}"})
+    assert r.status_code == 201, r.text
+    write_epic(world.dir, _epic({"A": {"title": "a"}, "B": {"title": "b"}}))
+    r = world.relay("work", "--workers", "2")
+    assert r.returncode == 1 and "which is not a task of epic e2e" in r.stderr, r.stdout + r.stderr
+    rows = world.sql("SELECT t.title, t.state, a.outcome, a.summary FROM todo_attempts a"
+                     " JOIN todos t ON t.id = a.todo_id ORDER BY t.created_at")
+    assert [(title, state, outcome) for title, state, outcome, _ in rows] == [
+        ("stranger", "pending", "released"), ("e2e/A: a", "pending", "released")]
+    notes = [parse_summary(summary)["note"] for *_, summary in rows]
+    assert notes == ["not a task of this relay's epic", "released unstarted: the relay stopped"]
+    assert world.runs() == []
 
 
 def _wait(predicate, timeout: float = 30) -> None:

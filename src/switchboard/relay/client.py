@@ -27,7 +27,7 @@ TRANSIENT_RETRIES = 4
 # What the relay needs from the endpoint: each verb and the arguments it must declare (no unfenced mode).
 REQUIRED_TOOLS = {
     "claim": ("id", "require_fence", "claimant", "lease_ttl_seconds"),
-    "claim_next": ("queue", "require_fence", "claimant", "lease_ttl_seconds"),
+    "claim_next": ("queue", "require_fence", "claimant", "lease_ttl_seconds", "max_todos"),
     "heartbeat": ("id", "lease_token", "lease_ttl_seconds"),
     "complete": ("id", "lease_token", "summary", "artifact"),
     "fail": ("id", "lease_token", "summary", "artifact", "retry"),
@@ -315,6 +315,14 @@ class Drain:
         body = await self.call("claim_next", {"queue": queue, "lease_ttl_seconds": lease_ttl_seconds,
                                               "require_fence": True, "claimant": claimant})
         return _claimed(body)
+
+    async def claim_next_many(self, *, queue: str, lease_ttl_seconds: int, claimant: str,
+                              max_todos: int) -> list[dict]:
+        """Up to `max_todos` todos in one call (claim_next with max_todos), oldest first, each under its
+        own lease and fence token, each as claim_next's one-todo answer would give it."""
+        body = await self.call("claim_next", {"queue": queue, "lease_ttl_seconds": lease_ttl_seconds,
+                                              "require_fence": True, "claimant": claimant, "max_todos": max_todos})
+        return [got for item in body.get("todos") or [] if (got := _claimed(item)) is not None]
 
     async def claim(self, todo_id: str, *, lease_ttl_seconds: int, claimant: str) -> dict:
         body = await self.call("claim", {"id": todo_id, "lease_ttl_seconds": lease_ttl_seconds,

@@ -4,7 +4,8 @@ One pass of the loop:
 1. read the epic's todos from the server and derive each task's status;
 2. push every task whose dependencies are all completed and that has no todo yet;
 3. stop when every task is completed (exit 0) or nothing can run any more (exit 1);
-4. while a worker slot is free, `claim_next` on the epic's queue (fenced, with the claimant label) and
+4. fill the free worker slots with one `claim_next` on the epic's queue (fenced, with the claimant
+   label; `max_todos` set to the number of free slots when it is more than one) and for each todo
    start an attempt: prior attempts to a file, heartbeat in the background, the worker under a kill timer,
    the optional quality gate, then `complete` or `fail` with the receipt as summary;
 5. wait for an attempt to end or for the next retry to come due, and go round again.
@@ -37,6 +38,7 @@ from .runner import AttemptFiles, run_process, worker_env
 from .state import TASK_KIND, EpicState, ensure_record, load_state, task_key, task_payload, task_title
 
 POLL_SECONDS = 1.0
+MAX_TODOS = 100  # claim_next's max_todos at most
 MAX_IDLE_SECONDS = 5.0
 UNREACHABLE_SECONDS = 60.0
 EXIT_COMPLETE, EXIT_STUCK, EXIT_INTERRUPTED = 0, 1, 130
@@ -170,14 +172,14 @@ class Relay:
             while len(running) < limit and not (self.opts.once and self.claimed >= 1) \
                     and not self.interrupted.is_set():
                 try:
-                    got = await self._claim()
+                    claimed = await self._claim(limit - len(running))
                 except Unreachable as exc:
                     await self._trouble(exc)
                     break
-                if got is None:
+                if not claimed:
                     break
-                task_id = got["payload"]["task_id"]
-                running[asyncio.create_task(self._attempt(got))] = task_id
+                for got in claimed:
+                    running[asyncio.create_task(self._attempt(got))] = got["payload"]["task_id"]
 
             waiters = set(running)
             stop = asyncio.create_task(self.interrupted.wait())
@@ -242,24 +244,36 @@ class Relay:
                 self.display.event(f"{tid} pushed as {todo['id']}")
         return pushed
 
-    async def _claim(self) -> dict | None:
-        got = await self.server.drain.claim_next(queue=self.epic.queue, lease_ttl_seconds=self.lease_ttl,
-                                                 claimant=self.claimant)
-        if got is None:
-            return None
-        payload = got.get("payload") or {}
-        if got.get("kind") != TASK_KIND or payload.get("epic_id") != self.epic.id \
-                or payload.get("task_id") not in self.epic.tasks:
-            note = encode_summary({"result": "released", "note": "not a task of this relay's epic"})
-            try:
-                await self.server.drain.release(got["id"], lease_token=got.get("lease_token"), summary=note)
-            except RelayError:
-                pass  # its lease lapses instead
-            raise RelayError(f"queue {self.epic.queue} holds todo {got['id']}, which is not a task of epic "
+    async def _claim(self, slots: int) -> list[dict]:
+        """Claim up to `slots` todos in one call: claim_next, with max_todos when more than one slot is
+        free. A todo that is not a task of this epic stops the relay; it is released, and so are the
+        others of its call, which no attempt has started yet."""
+        drain, queue = self.server.drain, self.epic.queue
+        if slots > 1:
+            claimed = await drain.claim_next_many(queue=queue, lease_ttl_seconds=self.lease_ttl,
+                                                  claimant=self.claimant, max_todos=min(slots, MAX_TODOS))
+        else:
+            got = await drain.claim_next(queue=queue, lease_ttl_seconds=self.lease_ttl, claimant=self.claimant)
+            claimed = [got] if got is not None else []
+        foreign = [got for got in claimed if not self._is_task(got)]
+        if foreign:
+            for got in claimed:
+                note = "not a task of this relay's epic" if got in foreign else "released unstarted: the relay stopped"
+                try:
+                    await drain.release(got["id"], lease_token=got.get("lease_token"),
+                                        summary=encode_summary({"result": "released", "note": note}))
+                except RelayError:
+                    pass  # its lease lapses instead
+            raise RelayError(f"queue {queue} holds todo {foreign[0]['id']}, which is not a task of epic "
                              f"{self.epic.id}: the relay needs a queue of its own for each epic (set "
                              "settings.queue and vend the endpoint with that queue)")
-        self.claimed += 1
-        return got
+        self.claimed += len(claimed)
+        return claimed
+
+    def _is_task(self, got: dict) -> bool:
+        payload = got.get("payload") or {}
+        return got.get("kind") == TASK_KIND and payload.get("epic_id") == self.epic.id \
+            and payload.get("task_id") in self.epic.tasks
 
     # --------------------------------------------------------------------------------- attempts
 
