@@ -183,6 +183,8 @@ async def test_a_cancel_that_waited_for_a_claim_closes_the_attempt_it_opened(cor
     assert out["state"] == "canceled"
     (a,) = await attempt_rows(core, t["id"])
     assert (a["outcome"], a["disposition"]) == ("canceled", "canceled") and a["ended_at"] >= a["claimed_at"]
+    row = (await sql(core, "SELECT completed_at, updated_at FROM todos WHERE id = %s", (t["id"],)))[0]
+    assert row["completed_at"] == row["updated_at"] == a["ended_at"]
     (ev,) = [e for e in seen if e.verb == "cancel"]
     assert ev.closed_row is not None and ev.closed_row["outcome"] == "canceled"
     assert await check(core) == []
@@ -199,6 +201,8 @@ async def test_a_revocation_that_waited_for_a_claim_closes_the_attempt_it_opened
     assert out["dead_lettered"] == 2
     (a,) = await attempt_rows(core, t["id"])
     assert (a["outcome"], a["disposition"]) == ("revoked", "dead_lettered") and a["ended_at"] >= a["claimed_at"]
+    row = (await sql(core, "SELECT completed_at, updated_at FROM todos WHERE id = %s", (t["id"],)))[0]
+    assert row["completed_at"] == row["updated_at"] == a["ended_at"]
     assert await attempt_rows(core, other["id"]) == []
     revoked = {e.todo_id: e for e in seen if e.verb == "revoke"}
     assert revoked[t["id"]].final_attempt is not None and revoked[t["id"]].final_attempt["outcome"] == "revoked"

@@ -76,7 +76,7 @@ WITH ep AS (
     UPDATE todos x
        SET state = 'failed', next_retry_at = NULL, lease_expires_at = NULL, owner = NULL,
            result = '{"error": "endpoint_revoked", "detail": "the endpoint was revoked; no session can claim it"}'::jsonb,
-           completed_at = now(), updated_at = greatest(now(), x.claimed_at)
+           completed_at = greatest(now(), x.claimed_at), updated_at = greatest(now(), x.claimed_at)
       FROM t
      WHERE x.id = t.id
     RETURNING x.*
