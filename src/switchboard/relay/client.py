@@ -311,13 +311,7 @@ class Drain:
 
     # The verbs, named as on the wire.
 
-    async def claim_next(self, *, queue: str, lease_ttl_seconds: int, claimant: str) -> dict | None:
-        body = await self.call("claim_next", {"queue": queue, "lease_ttl_seconds": lease_ttl_seconds,
-                                              "require_fence": True, "claimant": claimant})
-        return _claimed(body)
-
-    async def claim_next_many(self, *, queue: str, lease_ttl_seconds: int, claimant: str,
-                              max_todos: int) -> list[dict]:
+    async def claim_next(self, *, queue: str, lease_ttl_seconds: int, claimant: str, max_todos: int) -> list[dict]:
         """Up to `max_todos` todos in one call (claim_next with max_todos), oldest first, each under its
         own lease and fence token, each as claim_next's one-todo answer would give it."""
         body = await self.call("claim_next", {"queue": queue, "lease_ttl_seconds": lease_ttl_seconds,

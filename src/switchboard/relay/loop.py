@@ -5,9 +5,9 @@ One pass of the loop:
 2. push every task whose dependencies are all completed and that has no todo yet;
 3. stop when every task is completed (exit 0) or nothing can run any more (exit 1);
 4. fill the free worker slots with one `claim_next` on the epic's queue (fenced, with the claimant
-   label; `max_todos` set to the number of free slots when it is more than one) and for each todo
-   start an attempt: prior attempts to a file, heartbeat in the background, the worker under a kill timer,
-   the optional quality gate, then `complete` or `fail` with the receipt as summary;
+   label, `max_todos` the number of free slots) and for each todo start an attempt: prior attempts to
+   a file, heartbeat in the background, the worker under a kill timer, the optional quality gate, then
+   `complete` or `fail` with the receipt as summary;
 5. wait for an attempt to end or for the next retry to come due, and go round again.
 
 Ctrl-C (SIGINT or SIGTERM) stops the workers and releases their todos with a summary saying so: a release
@@ -38,7 +38,6 @@ from .runner import AttemptFiles, run_process, worker_env
 from .state import TASK_KIND, EpicState, ensure_record, load_state, task_key, task_payload, task_title
 
 POLL_SECONDS = 1.0
-MAX_TODOS = 100  # claim_next's max_todos at most
 MAX_IDLE_SECONDS = 5.0
 UNREACHABLE_SECONDS = 60.0
 EXIT_COMPLETE, EXIT_STUCK, EXIT_INTERRUPTED = 0, 1, 130
@@ -245,16 +244,12 @@ class Relay:
         return pushed
 
     async def _claim(self, slots: int) -> list[dict]:
-        """Claim up to `slots` todos in one call: claim_next, with max_todos when more than one slot is
-        free. A todo that is not a task of this epic stops the relay; it is released, and so are the
-        others of its call, which no attempt has started yet."""
+        """Claim up to `slots` todos (at most --workers, 32) in one claim_next. A todo that is not a task
+        of this epic stops the relay; it is released, and so are the others of its call, which no
+        attempt has started yet."""
         drain, queue = self.server.drain, self.epic.queue
-        if slots > 1:
-            claimed = await drain.claim_next_many(queue=queue, lease_ttl_seconds=self.lease_ttl,
-                                                  claimant=self.claimant, max_todos=min(slots, MAX_TODOS))
-        else:
-            got = await drain.claim_next(queue=queue, lease_ttl_seconds=self.lease_ttl, claimant=self.claimant)
-            claimed = [got] if got is not None else []
+        claimed = await drain.claim_next(queue=queue, lease_ttl_seconds=self.lease_ttl, claimant=self.claimant,
+                                         max_todos=slots)
         foreign = [got for got in claimed if not self._is_task(got)]
         if foreign:
             for got in claimed:
