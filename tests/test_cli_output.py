@@ -120,6 +120,26 @@ def test_flags_show_as_flags_in_the_help(cli_env, command):
     assert "--help" in run.stdout and "<bool>" not in run.stdout, run.stdout
 
 
+def test_command_lists_show_each_summary_unbroken():
+    """A group's command list shows each command's first paragraph with its line breaks kept: a
+    docstring wrapped in the source cut its summary mid-column (`todo push`, `team remove`)."""
+    import typer
+
+    from switchboard.cli import app
+
+    def walk(command, path):
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, (*path, name))
+        if not getattr(command, "commands", None):
+            yield path, command
+
+    commands = list(walk(typer.main.get_command(app), ()))
+    assert len(commands) > 50
+    for path, command in commands:
+        for paragraph in (command.help or "").split("\n\n"):
+            assert "\n" not in paragraph, (path, paragraph)
+
+
 def test_version_and_kind_help(cli_env):
     run = sb(cli_env, "--version")
     assert run.returncode == 0 and run.stdout.strip() == f"switchboard {__version__}"

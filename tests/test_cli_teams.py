@@ -111,6 +111,11 @@ def test_team_commands_and_roles_on_the_local_database(server, config_home):
     pushed = ok(carol, "todo", "push", "--queue", label, "--title", "Deploy 1.2", "--key", "rel-1.2")
     assert pushed["created"] is True and pushed["todo"]["queue"] == label
     assert ok(bob, "todo", "push", "--queue", label, "--title", "Deploy 1.2", "--key", "rel-1.2")["created"] is False
+    # The team queue where the endpoint goes is the same push (the key finds the same live todo).
+    again = ok(bob, "todo", "push", label, "--title", "Deploy 1.2", "--key", "rel-1.2")
+    assert again["created"] is False and again["todo"]["id"] == pushed["todo"]["id"]
+    refused(carol, "todo", "push", label, "--queue", label, "--title", "x", code="usage", exit_code=2,
+            argument="slug")
     via_endpoint = ok(carol, "todo", "push", vended["slug"], "--queue", label, "--title", "Through the endpoint")
     assert via_endpoint["todo"]["queue"] == label
     refused(carol, "todo", "push", "--title", "No queue", code="usage", exit_code=2, argument="slug")

@@ -9,6 +9,7 @@ invalid), 2 usage. Locally, commands that act on todos, endpoints and tokens act
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import typer
@@ -54,6 +55,21 @@ app.add_typer(sink_cli.app, name="sink")
 app.add_typer(intake_cli.app, name="intake")
 app.add_typer(relay_cli.app, name="relay")
 session_cli.register(app)
+
+
+def _unwrap_docstrings(group: typer.Typer) -> None:
+    """Join each paragraph of every command's docstring into one line. The command lists show a
+    command's first paragraph with its source line breaks kept, which cut a summary that spans two
+    source lines in the middle of the list's column; the command's own page wraps either the same."""
+    for info in group.registered_commands:
+        doc = info.callback.__doc__ if info.callback is not None else None
+        if doc:
+            paragraphs = inspect.cleandoc(doc).split("\n\n")
+            info.callback.__doc__ = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _unwrap_docstrings(sub.typer_instance)
+
 
 
 def _version(value: bool) -> None:
@@ -191,8 +207,8 @@ def _todo_line(t: dict) -> str:
 
 @todo_app.command("push")
 def todo_push(slug: str | None = typer.Argument(None, metavar="[SLUG]",
-                                                help="The endpoint whose agents will drain it; left out for a "
-                                                     "team queue (--queue team:<team-slug>/<queue>)."),
+                                                help="The endpoint whose agents will drain it, or a team "
+                                                     "queue team:<team-slug>/<queue>."),
               title: str | None = typer.Option(None, "--title", help="Required unless --from-file is given."),
               queue: str | None = typer.Option(None, "--queue", help="Required when the endpoint has several queues; "
                                                                      "a team queue is team:<team-slug>/<queue>."),
@@ -210,8 +226,14 @@ def todo_push(slug: str | None = typer.Argument(None, metavar="[SLUG]",
                                                                    "queues the lines name (each line's queue)."),
               user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Put a todo on an endpoint's queue (or many, with --from-file), or on a team queue: `todo push
-    --queue team:<team-slug>/<queue> --title T` (any member of the team may), or many on a team's
-    queues: `todo push --team <team-slug> --from-file todos.jsonl`."""
+    team:<team-slug>/<queue> --title T` (any member of the team may; or --queue team:<team-slug>/<queue>),
+    or many on a team's queues: `todo push --team <team-slug> --from-file todos.jsonl`."""
+    if slug is not None and slug.startswith(TEAM_PREFIX):
+        # A team queue where the endpoint goes: the one-todo form, `todo push team:<team-slug>/<queue>`.
+        if queue is not None or team is not None or from_file is not None:
+            fail_usage(f"{slug} is a team queue, not an endpoint: push one todo with `todo push {slug} --title T`, "
+                       "many with --team <team-slug> --from-file", argument="slug")
+        slug, queue = None, slug
     if team is not None and (slug is not None or from_file is None):
         fail_usage("--team goes with --from-file and no SLUG (one todo on a team queue: --queue "
                    f"{TEAM_PREFIX}<team-slug>/<queue>)", argument="team")
@@ -412,5 +434,7 @@ def main() -> None:
         usage_error(exc)  # one line on stderr, or one JSON object with --json
     raise SystemExit(code if isinstance(code, int) else 0)
 
+
+_unwrap_docstrings(app)  # last: every command of this file is registered by now
 
 __all__ = ["app", "main", "EXIT_USAGE"]
