@@ -105,6 +105,10 @@ async def test_in_flight_cap_and_pause(core):
     claimed, deferred = await todos.take_next(core, w.e1)
     assert not claimed and deferred[0]["reason"] == "in_flight_full"
     assert deferred[0]["next_eligible_at"] is not None  # when the live lease lapses at the latest
+    # The same instant in the same form as the todo's own times (RFC 3339, UTC, `Z`): an agent may
+    # compare the strings.
+    assert deferred[0]["next_eligible_at"] == got.todo["lease_expires_at"]
+    assert got.admission["window_resets_at"].endswith("Z")
     await todos.complete(core, w.e1, got.todo["id"])
     assert (await todos.claim_next(core, w.e1)) is not None  # the slot came back
     await admission.set_paused(core, w.h1, "inbox", True, endpoint=w.slug1)

@@ -45,7 +45,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
-from . import inputs, queries
+from . import inputs, queries, shapes
 from .errors import Deferred, Forbidden, Invalid, NotFound
 from .models import Core, EndpointCaller, HumanCaller
 from .queries import Q
@@ -64,7 +64,7 @@ class Refused(Exception):
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
+    return shapes.ts(value)  # as a todo's times: RFC 3339 in UTC, `Z`
 
 
 @dataclass

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from . import events, inputs, teams
+from . import events, inputs, shapes, teams
 from .errors import Invalid, NotFound
 from .models import DEFAULT_VERBS, VERBS, Core, EndpointCaller, HumanCaller, effective_verbs
 from .queries import Q, one
@@ -22,10 +22,8 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
         "queues": list(row["scope_queues"]), "verbs": list(row["scope_verbs"]),
         "state": row["state"], "credential_prefix": row["credential_prefix"],
         "default_lease_ttl_seconds": row["default_lease_ttl_seconds"],
-        "created_at": row["created_at"].isoformat(),
-        "revoked_at": row["revoked_at"].isoformat() if row["revoked_at"] else None,
-        "expires_at": row["expires_at"].isoformat() if row["expires_at"] else None,
-        "last_used_at": row["last_used_at"].isoformat() if row["last_used_at"] else None,
+        "created_at": shapes.ts(row["created_at"]), "revoked_at": shapes.ts(row["revoked_at"]),
+        "expires_at": shapes.ts(row["expires_at"]), "last_used_at": shapes.ts(row["last_used_at"]),
     }
 
 

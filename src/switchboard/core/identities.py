@@ -13,7 +13,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from . import human_sessions
+from . import human_sessions, shapes
 from .errors import Conflict, Invalid
 from .models import Core, HumanCaller
 from .queries import Q
@@ -111,7 +111,7 @@ async def link(core: Core, human: HumanCaller, issuer: Any, subject: Any) -> dic
         row = await cur.fetchone()
     if row is None:
         raise Conflict("that identity is linked to a user already", argument="subject")
-    return {"issuer": row["issuer"], "subject": row["subject"], "created_at": row["created_at"].isoformat()}
+    return {"issuer": row["issuer"], "subject": row["subject"], "created_at": shapes.ts(row["created_at"])}
 
 
 async def unlink(core: Core, human: HumanCaller, issuer: Any, subject: Any) -> bool:
@@ -125,8 +125,8 @@ async def unlink(core: Core, human: HumanCaller, issuer: Any, subject: Any) -> b
 async def of_human(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
     async with core.pool.connection() as conn:
         cur = await conn.execute(Q.identities.of_human, {"human_id": human.human_id})
-        return [{"issuer": r["issuer"], "subject": r["subject"], "created_at": r["created_at"].isoformat(),
-                 "last_sign_in_at": r["last_sign_in_at"].isoformat() if r["last_sign_in_at"] else None}
+        return [{"issuer": r["issuer"], "subject": r["subject"], "created_at": shapes.ts(r["created_at"]),
+                 "last_sign_in_at": shapes.ts(r["last_sign_in_at"])}
                 for r in await cur.fetchall()]
 
 

@@ -20,7 +20,7 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
-from . import events, inputs
+from . import events, inputs, shapes
 from .errors import Conflict, Forbidden, Invalid, NotFound
 from .models import Core, HumanCaller
 from .queries import Q
@@ -35,7 +35,7 @@ def _not_found() -> NotFound:
 
 
 def public(row: dict[str, Any]) -> dict[str, Any]:
-    out = {"slug": row["slug"], "name": row["name"], "created_at": row["created_at"].isoformat()}
+    out = {"slug": row["slug"], "name": row["name"], "created_at": shapes.ts(row["created_at"])}
     if "role" in row:
         out["role"] = row["role"]
     if "members" in row:
@@ -91,11 +91,11 @@ async def show(core: Core, human: HumanCaller, slug: Any) -> dict[str, Any]:
         queues = await (await conn.execute(Q.teams.queue_counts, params)).fetchall()
         grants = await (await conn.execute(Q.teams.grants, params)).fetchall()
     out = public(team)
-    out["members"] = [{"name": m["name"], "role": m["role"], "added_at": m["added_at"].isoformat()}
+    out["members"] = [{"name": m["name"], "role": m["role"], "added_at": shapes.ts(m["added_at"])}
                       for m in members]
     out["queues"] = [dict(q) for q in queues]
     out["grants"] = [{"queue": g["queue"], "endpoint": g["endpoint"], "agent": g["agent"], "human": g["human"],
-                      "granted_at": g["granted_at"].isoformat(),
+                      "granted_at": shapes.ts(g["granted_at"]),
                       "reaches": bool(g["member"]) and g["state"] == "active"} for g in grants]
     return out
 
