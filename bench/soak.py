@@ -6,14 +6,21 @@ What runs:
   - PostgreSQL: an embedded server of its own (or a fresh database on SWITCHBOARD_DATABASE_URL's
     server; the pg_ctl faults then are skipped);
   - N serving processes (`switchboard serve`, each on its own port, short lease and sweep settings);
-  - M agents in agent-host subprocesses (bench/soak_agents.py, which holds the agent side), a few agents per process,
-    a mix of the official MCP SDK client and a light httpx JSON-RPC client, each in both protocol eras
-    (the session era: initialize + Mcp-Session-Id; the 2026-07-28 stateless era). Every claim uses a
-    fence and a claimant label unique to that claim, so each attempt row names the agent and the
-    moment that made it; every call and every HTTP exchange is logged to a JSON-lines file;
+  - M agents in agent-host subprocesses (bench/soak_agents.py holds the agent side), a few agents per
+    process, a mix of the official MCP SDK client and a light httpx JSON-RPC client, each in both
+    protocol eras (the session era: initialize + Mcp-Session-Id; the 2026-07-28 stateless era), and
+    of three modes (--mix): `single` claims one todo at a time; `batch` claims 2 to 10 with max_todos
+    and reports them one by one or together with `items`; `round` completes the todos of its previous
+    round inside its next claim_next (`complete`). Every claim call uses a fence and a claimant label
+    unique to that call, so each attempt row names the agent and the call that made it (a batch's
+    attempts share the label; the checks key them by label and todo); every call and every HTTP
+    exchange is logged to a JSON-lines file, a batched call with each item's own answer;
   - a pusher creating todos through POST /api/v1/endpoints/{slug}/todos (an idempotency key per todo,
     retried on another process when an answer is lost), onto a few endpoints ("lanes") shared by the
-    agents; the credentials come from `switchboard token create --json` and `endpoint vend --json`.
+    agents, with a burst every 5 to 15 s; the credentials come from `switchboard token create --json`
+    and `endpoint vend --json`;
+  - a human cancelling random live todos (claimed or pending) through POST /api/v1/todos/{id}/cancel
+    while the agents work (--cancel-rate), each cancel and its answer logged.
 
 Faults, one at a time at random intervals (each kind at least once, then at random):
   server_kill           SIGKILL of a serving process, restarted after a pause
@@ -34,20 +41,25 @@ and checks, exiting 1 on any violation:
   - the invariant checker (switchboard.core.invariants) is clean;
   - no todo held by two holders at once: attempt spans of a todo do not overlap, and no agent's
     fenced call was accepted after a later claim of the same todo had been answered;
-  - no todo lost: every pushed todo exists and is done, dead-lettered, or still live with a reason
-    (the drain ran out of time); no todo appeared that was not pushed;
-  - every attempt is closed exactly once with the outcome that happened: a report the agent saw
-    acknowledged is the recorded outcome; a killed, cancelled or cut-off holder's attempt ended died
-    (lease_expired/reaped) no earlier than its lease expiry, or revoked during its lane's revocation;
-    a claim answered "empty" or refused made no attempt;
+  - no todo lost: every pushed todo exists and is done, dead-lettered, canceled by a cancel sent, or
+    still live with a reason (the drain ran out of time); no todo appeared that was not pushed;
+  - every attempt is closed exactly once with the outcome that happened, for every todo of a batch: a
+    report the agent saw acknowledged (alone, as an item, or in a round) is the recorded outcome; a
+    killed, cancelled or cut-off holder's attempt ended died (lease_expired/reaped) no earlier than
+    its lease expiry, revoked during its lane's revocation, or canceled during a cancel of its todo;
+    a claim answered "empty" or refused made no attempt; one answered with todos made exactly those;
+  - a cancel acknowledged: the todo ends canceled, the attempt open then closed `canceled` by it, no
+    attempt opened after it and no agent call about the todo accepted after it returned (an agent's
+    report refused because of the cancel is no violation);
   - counters equal the history (attempt counter, attempts_total, rows, done todos);
   - no credential was accepted (a 2xx answer) on a request sent after its revocation returned.
 
 It prints a summary table: todos pushed/done, attempts by outcome and by what happened to the holder,
-faults by kind, claim latency (p50/p99/max) inside each fault's window and outside any, errors seen by
-agents by kind, each revocation; then one line `SOAK-SUMMARY {json}` for scripts. Exit status: 0 clean,
-1 a violation, 2 bad arguments. --duration counts from the start (start-up included) to the end of the
-fault injection; every fault kind runs once first, even past it. docs/reliability.md reads a run.
+faults by kind, claim latency (p50/p99/max) inside each fault's window and outside any, claims and
+reports by agent mode, the human's cancels by answer, errors seen by agents by kind, each revocation;
+then one line `SOAK-SUMMARY {json}` for scripts. Exit status: 0 clean, 1 a violation, 2 bad arguments.
+--duration counts from the start (start-up included) to the end of the fault injection; every fault
+kind runs once first, even past it. docs/reliability.md reads a run.
 
     make soak                                                  # 10 minutes, 3 processes, 30 agents
     .venv/bin/python bench/soak.py --duration 60 --servers 2 --agents 8     # the short version
@@ -78,7 +90,7 @@ from pathlib import Path
 
 import httpx
 
-from soak_agents import AGENT_KINDS, AUTH_CODES, QUEUE, STATELESS_ERA, UNSURE_ERRORS, JsonLines
+from soak_agents import AGENT_KINDS, AGENT_MODES, AUTH_CODES, QUEUE, STATELESS_ERA, UNSURE_ERRORS, JsonLines
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT_HOST = Path(__file__).resolve().parent / "soak_agents.py"
@@ -162,6 +174,10 @@ class Soak:
         self.extra_http: JsonLines | None = None
         self.loads: list[float] = []
         self.push_errors = Counter()
+        self.cancels: list[dict] = []  # the human's cancels, each with its answer
+        self.agent_modes: dict[str, str] = {}
+        self.crng = random.Random(None if args.seed is None else args.seed + 1)  # the canceller's own
+        self.prng = random.Random(None if args.seed is None else args.seed + 2)  # the pusher's bursts
         self.pg_version = "?"
 
     # ------------------------------------------------------------------------ database and CLI
@@ -302,9 +318,12 @@ class Soak:
 
         healthy = asyncio.gather(*(self.wait_healthy(i) for i in range(a.servers)))
         await credentials()
+        modes = a.mix  # spread over the transports: the offset moves each round of four agents
         specs = [{"name": f"agent-{k:02d}", "kind": AGENT_KINDS[k % len(AGENT_KINDS)],
+                  "mode": modes[(k + k // len(AGENT_KINDS)) % len(modes)],
                   "lane": (k + k // len(AGENT_KINDS)) % n_lanes,
                   "server": k % a.servers} for k in range(a.agents)]
+        self.agent_modes = {s["name"]: s["mode"] for s in specs}
         per_host = 3
         self.host_specs = [specs[i:i + per_host] for i in range(0, len(specs), per_host)]
         self.hosts = [None] * len(self.host_specs)
@@ -313,8 +332,9 @@ class Soak:
         await healthy
         self.extra_http = JsonLines(self.work / "probes.jsonl")
         self.host_logs.append(self.work / "probes.jsonl")
-        say(f"{a.servers} processes on ports {self.ports}, {a.agents} agents in {len(self.hosts)} processes, "
-            f"{n_lanes} lanes; work in {self.work}")
+        mix = Counter(s["mode"] for s in specs)
+        say(f"{a.servers} processes on ports {self.ports}, {a.agents} agents in {len(self.hosts)} processes "
+            f"({', '.join(f'{n} {m}' for m, n in mix.items())}), {n_lanes} lanes; work in {self.work}")
 
     # ---------------------------------------------------------------------------------- pusher
 
@@ -366,8 +386,14 @@ class Soak:
         async with httpx.AsyncClient(timeout=httpx.Timeout(10, connect=3),
                                      headers={"Authorization": f"Bearer {self.token}"}) as http:
             next_at = time.monotonic()
+            burst_at = next_at + self.prng.uniform(5, 15)
             while self.pushing:
-                if self.backlog < self.args.agents:
+                # a burst of two todos per agent every 5 to 15 s, whatever the backlog: batch claims find
+                # more than one or two todos ready
+                burst = time.monotonic() >= burst_at
+                if burst:
+                    burst_at = time.monotonic() + self.prng.uniform(5, 15)
+                for _ in range(2 * self.args.agents if burst else int(self.backlog < self.args.agents)):
                     n += 1
                     t = asyncio.create_task(self.push_one(http, n))
                     pending.add(t)
@@ -376,6 +402,70 @@ class Soak:
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             if pending:
                 await asyncio.wait(pending, timeout=30)
+
+    # ------------------------------------------------------------------------------- canceller
+
+    async def canceller(self) -> None:
+        """A human cancelling live todos while the agents work, through the producer API
+        (POST /api/v1/todos/{id}/cancel with the human's token): a random claimed todo (six times in ten)
+        or a pending one, on a lane in use, --cancel-rate times a second on average, until the pushes
+        stop. Each cancel and its answer is logged (cancels.jsonl) and kept for the checks."""
+        rate = self.args.cancel_rate if self.args.cancel_rate is not None else 0.04 * self.args.agents
+        if rate <= 0:
+            return
+        log = JsonLines(self.work / "cancels.jsonl")
+        async with httpx.AsyncClient(timeout=httpx.Timeout(10, connect=3),
+                                     headers={"Authorization": f"Bearer {self.token}"}) as http:
+            while self.pushing:
+                wake = time.monotonic() + self.crng.expovariate(rate)
+                while self.pushing and time.monotonic() < wake:
+                    await asyncio.sleep(min(0.25, wake - time.monotonic()))
+                if not self.pushing:
+                    return
+                want = "claimed" if self.crng.random() < 0.6 else "pending"
+                try:
+                    async with asyncio.timeout(5), await self.connect() as conn:
+                        cur = await conn.execute(
+                            "SELECT t.id FROM todos t JOIN endpoints e ON e.id = t.endpoint_id "
+                            "WHERE e.slug = ANY(%s) AND t.state = %s ORDER BY random() LIMIT 1",
+                            ([lane.slug for lane in self.lanes], want))
+                        row = await cur.fetchone()
+                except Exception:
+                    continue  # the database is being restarted or stopped: a human would try later
+                if row is not None:
+                    await self.cancel(http, log, row["id"], want)
+
+    async def cancel(self, http: httpx.AsyncClient, log: JsonLines, todo_id: str, was: str) -> None:
+        live = [i for i, p in enumerate(self.servers) if p is not None and p.poll() is None] or [0]
+        server = self.crng.choice(live)
+        for _ in range(3):  # a refused connection surely never reached a process: the next one
+            t0 = time.time()
+            status, state = 0, None
+            try:
+                r = await http.post(f"{self.base(server)}/api/v1/todos/{todo_id}/cancel", json={})
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                result = "n:connect"
+                server = (server + 1) % len(self.ports)
+                await asyncio.sleep(0.3)
+                continue
+            except httpx.HTTPError as exc:
+                result = f"x:{type(exc).__name__}"  # the answer lost: it may have taken effect
+            else:
+                status = r.status_code
+                if status == 200:
+                    result, state = "ok", r.json()["todo"]["state"]
+                elif status >= 500:
+                    result = f"x:http_{status}"
+                else:
+                    code = None
+                    with contextlib.suppress(Exception):
+                        code = r.json()["error"]["code"]
+                    result = f"err:{code or f'http_{status}'}"
+            break
+        record = {"e": "hcancel", "todo": todo_id, "was": was, "server": server, "t0": t0, "t1": time.time(),
+                  "r": result, "s": status, "state": state}
+        self.cancels.append(record)
+        log(**record)
 
     # ---------------------------------------------------------------------------------- faults
 
@@ -578,6 +668,7 @@ class Soak:
     async def drain(self) -> None:
         self.pushing = False
         await self.pusher_task
+        await self.canceller_task  # its last cancel answered: the checks read every one
         say("draining")
         deadline = time.monotonic() + self.args.drain
         while True:
@@ -629,6 +720,44 @@ class Soak:
                         records.append(json.loads(line))
         return records
 
+    @staticmethod
+    def seen_by_agents(records: list[dict]) -> dict:
+        """What the agents' logs say, keyed for the checks:
+        claims[claimant]: the claim call's answer (`r` "x:killed" when sent and never answered);
+        answered[claimant]: {todo id: attempt seq} the claim was answered with (one, or a batch's);
+        ops[(claimant, todo)]: every answered report and heartbeat of that claim's todo, each
+            {tool, r, t0, t1, batched}: a batched close's or a round's items each with their own answer;
+        sent[(claimant, todo)]: how many of each verb were sent about it (more than answered: in flight)."""
+        claims: dict[str, dict] = {}
+        answered: dict[str, dict[str, int]] = defaultdict(dict)
+        ops: dict[tuple[str, str], list[dict]] = defaultdict(list)
+        sent: dict[tuple[str, str], Counter] = defaultdict(Counter)
+        for rec in records:
+            if rec["e"] not in ("send", "call"):
+                continue
+            tool = rec["tool"]
+            verb = "complete" if tool == "claim_next" else tool  # a round's items are completes
+            if rec["e"] == "send":
+                if tool == "claim_next" and rec.get("c"):
+                    claims.setdefault(rec["c"], {"r": "x:killed", "g": rec["g"], "t0": rec["t0"], "t1": None})
+                elif rec.get("todo"):
+                    sent[(rec["c"], rec["todo"])][tool] += 1
+                for c, t in rec.get("items") or []:
+                    sent[(c, t)][verb] += 1
+                continue
+            if tool == "claim_next" and rec.get("c"):
+                claims[rec["c"]] = rec
+                if rec["r"] == "ok":
+                    got = rec["todos"] if "todos" in rec else [[rec["todo"], rec["seq"]]]
+                    answered[rec["c"]] = {t: seq for t, seq in got}
+            elif rec.get("todo") and rec.get("c"):
+                ops[(rec["c"], rec["todo"])].append({"tool": tool, "r": rec["r"], "t0": rec["t0"], "t1": rec["t1"],
+                                                     "batched": None})
+            batched = "in a round" if tool == "claim_next" else "with items"
+            for c, t, r in rec.get("items") or []:
+                ops[(c, t)].append({"tool": verb, "r": r, "t0": rec["t0"], "t1": rec["t1"], "batched": batched})
+        return {"claims": claims, "answered": answered, "ops": ops, "sent": sent}
+
     async def check(self) -> dict:
         from switchboard.core import invariants
 
@@ -667,8 +796,8 @@ class Soak:
             if rec["state"] == "created" and rec["id"] not in todos:
                 v.append(f"pushed todo {rec['id']} ({key}) is missing")
             for t in found:
-                if t["state"] == "done" or (t["state"] == "failed" and t["next_retry_at"] is None):
-                    continue
+                if t["state"] in ("done", "canceled") or (t["state"] == "failed" and t["next_retry_at"] is None):
+                    continue  # a canceled one is checked against the human's cancels below
                 if t["endpoint_state"] == "revoked":  # nobody can ever claim it, nor will a sweep end it
                     v.append(f"todo {t['id']} is {t['state']} on a revoked endpoint: created "
                              f"{(t['created_at'] - t['revoked_at']).total_seconds() * 1000:+.1f} ms after "
@@ -702,67 +831,81 @@ class Soak:
         for a in open_rows:
             v.append(f"attempt {a['todo_id']}#{a['seq']} still open after the drain and the final sweep")
 
-        # what each claim's agent saw, by claimant
-        seen: dict[str, dict] = {}
-        for c in records:
-            if c["e"] == "send" and c.get("c"):
-                s = seen.setdefault(c["c"], {"claim": None, "ops": [], "gen": c["g"], "sent": Counter()})
-                s["sent"][c["tool"]] += 1
-        for c in calls:
-            if not c.get("c"):
-                continue
-            s = seen.setdefault(c["c"], {"claim": None, "ops": [], "gen": c["g"], "sent": Counter()})
-            if c["tool"] == "claim_next":
-                s["claim"] = c
-            else:
-                s["ops"].append(c)
-        by_claimant = {a["claimant"]: a for a in attempts}
+        # what each claim call's agent saw, by (claimant, todo): one claim call may open several attempts
+        # (max_todos), a batched close or a round reports several todos, each with its own answer
+        seen = self.seen_by_agents(records)
+        claims, answered, ops, sent = seen["claims"], seen["answered"], seen["ops"], seen["sent"]
+        by_claimant: dict[str, list[dict]] = defaultdict(list)
         for a in attempts:
-            if a["claimant"] not in seen:
+            by_claimant[a["claimant"]].append(a)
+            if a["claimant"] not in claims:
                 v.append(f"attempt {a['todo_id']}#{a['seq']} by {a['claimant']!r}: no agent logged that claim")
-        causes: dict[str, Counter] = defaultdict(Counter)
-        cancelled = {r["c"] for r in records if r["e"] == "cancelled" and r.get("c")}
-        abandoned = {r["c"]: r["why"] for r in records if r["e"] == "abandon"}
-        for claimant, s in seen.items():
-            a = by_claimant.get(claimant)
-            claim = s["claim"] or {"r": "x:killed"}  # the agent died while its claim was in flight
+        for claimant, claim in claims.items():
+            made = by_claimant.get(claimant, [])
             r = claim["r"]
             if r == "empty" or r.startswith(("n:", "refused:")) or (r.startswith("err:") and r not in UNSURE_ERRORS):
-                if a is not None:
+                for a in made:
                     v.append(f"claim {claimant} answered {r} yet attempt {a['todo_id']}#{a['seq']} exists")
+            elif r == "ok":
+                recorded = {a["todo_id"]: a["seq"] for a in made}
+                for tid, seq in answered[claimant].items():
+                    if tid not in recorded:
+                        v.append(f"claim {claimant} was answered with todo {tid} but no attempt exists")
+                    elif recorded[tid] != seq:
+                        v.append(f"claim {claimant}: answered {tid}#{seq}, recorded {tid}#{recorded[tid]}")
+                for tid, seq in recorded.items():
+                    if tid not in answered[claimant]:
+                        v.append(f"claim {claimant}: attempt {tid}#{seq} recorded, not in the claim's answer")
+
+        # the human's cancels: by todo, those that took effect for sure (ok) or may have (the answer lost)
+        cancels: dict[str, list[dict]] = defaultdict(list)
+        for c in self.cancels:
+            if c["r"] == "ok" or c["r"].startswith("x:"):
+                cancels[c["todo"]].append(c)
+        acked_cancel = {tid: next(c for c in cs if c["r"] == "ok") for tid, cs in cancels.items()
+                        if any(c["r"] == "ok" for c in cs)}
+
+        causes: dict[str, Counter] = defaultdict(Counter)
+        cancelled = {(c, t) for r in records if r["e"] == "cancelled" for c, t in r.get("held", [])}
+        abandoned = {(r["c"], r["todo"]): r["why"] for r in records if r["e"] == "abandon"}
+        for a in attempts:
+            key = (a["claimant"], a["todo_id"])
+            claimant = a["claimant"]
+            if claimant not in claims:
                 continue
-            if a is None:
-                if r == "ok":
-                    v.append(f"claim {claimant} was answered with todo {claim.get('todo')} but no attempt exists")
-                continue
-            if r == "ok" and (a["todo_id"] != claim["todo"] or a["seq"] != claim["seq"]):
-                v.append(f"claim {claimant}: answered {claim['todo']}#{claim['seq']}, "
-                         f"recorded {a['todo_id']}#{a['seq']}")
-            acked = [o for o in s["ops"] if o["tool"] in VERB_OUTCOME and o["r"] == "ok"]
+            gen = claims[claimant]["g"]
+            r = claims[claimant]["r"]
+            s_ops = ops.get(key, [])
+            acked = [o for o in s_ops if o["tool"] in VERB_OUTCOME and o["r"] == "ok"]
             if len(acked) > 1:
-                v.append(f"claim {claimant}: {len(acked)} reports acknowledged")
-            ended_ambiguously = [o["tool"] for o in s["ops"] if o["tool"] in VERB_OUTCOME
+                v.append(f"attempt {a['todo_id']}#{a['seq']} ({claimant}): {len(acked)} reports acknowledged")
+            ended_ambiguously = [o["tool"] for o in s_ops if o["tool"] in VERB_OUTCOME
                                  and (o["r"].startswith("x:") or o["r"] in UNSURE_ERRORS)]
-            answered = Counter(o["tool"] for o in s["ops"])
-            ended_ambiguously += [verb for verb in VERB_OUTCOME if s["sent"][verb] > answered[verb]]  # in flight
-            allowed = set()
+            answered_n = Counter(o["tool"] for o in s_ops)
+            ended_ambiguously += [verb for verb in VERB_OUTCOME if sent[key][verb] > answered_n[verb]]  # in flight
             incarnation = int(claimant.split("/")[1].split(".")[0])
             if acked:
                 allowed = {VERB_OUTCOME[acked[0]["tool"]]}
-                kind = f"reported ({acked[0]['tool']} acknowledged)"
+                how = "one by one" if not acked[0].get("batched") else acked[0]["batched"]
+                kind = f"reported ({acked[0]['tool']} acknowledged, {how})"
                 if a["disposition"] not in VERB_DISPOSITIONS[acked[0]["tool"]]:
                     v.append(f"attempt {a['todo_id']}#{a['seq']}: {acked[0]['tool']} acknowledged, "
                              f"disposition {a['disposition']}")
             else:
                 allowed = DIED | {"revoked"}
+                if a["todo_id"] in cancels:
+                    allowed.add("canceled")
                 for verb in ended_ambiguously:
                     allowed.add(VERB_OUTCOME[verb])
-                lost = any(o["r"] in ("err:conflict", "err:not_found") for o in s["ops"])
-                revoked_under = s["gen"] in revoked and any(o["t0"] >= revoked[s["gen"]].started for o in s["ops"])
-                kind = ("agent task cancelled while holding" if claimant in cancelled else
+                lost = any(o["r"] in ("err:conflict", "err:not_found") for o in s_ops)
+                revoked_under = gen in revoked and any(o["t0"] >= revoked[gen].started for o in s_ops)
+                kind = ("canceled by the human while held" + (" (a report or heartbeat refused after it)"
+                                                              if lost else "")
+                        if a["outcome"] == "canceled" else
+                        "agent task cancelled while holding" if key in cancelled else
                         "agent process killed while holding" if incarnation in self.killed_incarnations else
                         "claim answer lost (reset, timeout, 'unavailable', 'internal')" if r != "ok" else
-                        f"lane revoked while holding ({abandoned[claimant]})" if claimant in abandoned else
+                        f"lane revoked while holding ({abandoned[key]})" if key in abandoned else
                         "lane revoked while holding (the next call passed authentication: conflict)"
                         if lost and revoked_under else
                         "report answer lost (reset, timeout, 'unavailable', 'internal')" if ended_ambiguously else
@@ -776,29 +919,59 @@ class Soak:
                 v.append(f"attempt {a['todo_id']}#{a['seq']} died at {a['ended_at']:.3f}, before its lease "
                          f"expired at {a['lease_expires_at']:.3f}")
             if a["outcome"] == "revoked":
-                rv = revoked.get(s["gen"])
+                rv = revoked.get(gen)
                 if rv is None:
                     v.append(f"attempt {a['todo_id']}#{a['seq']} ended revoked on a lane never revoked")
                 elif not rv.started - SLACK <= a["ended_at"] <= rv.returned + SLACK:
                     v.append(f"attempt {a['todo_id']}#{a['seq']} ended revoked outside its lane's revocation")
+            if a["outcome"] == "canceled" and not any(c["t0"] - SLACK <= a["ended_at"] <= c["t1"] + SLACK
+                                                      for c in cancels.get(a["todo_id"], [])):
+                v.append(f"attempt {a['todo_id']}#{a['seq']} ended canceled at {a['ended_at']:.3f}, outside "
+                         f"every cancel of its todo sent")
+
+        # a cancel acknowledged: the todo ends canceled, the attempt open then closed canceled by it, no
+        # attempt opened after it, no agent call on that todo accepted after it returned
+        for tid, c in acked_cancel.items():
+            t = todos.get(tid)
+            if t is None:
+                continue
+            if t["state"] != "canceled":
+                v.append(f"todo {tid}: cancel acknowledged at {c['t1']:.3f} ({c['was']} before), yet it is "
+                         f"{t['state']}")
+            for a in per_todo.get(tid, []):
+                if a["claimed_at"] > c["t1"] + SLACK:
+                    v.append(f"todo {tid}: attempt {a['seq']} claimed at {a['claimed_at']:.3f}, after its "
+                             f"cancel was acknowledged at {c['t1']:.3f}")
+                elif a["outcome"] != "canceled" and (a["ended_at"] is None or a["ended_at"] > c["t1"] + SLACK):
+                    v.append(f"todo {tid}: attempt {a['seq']} open when its cancel was acknowledged at "
+                             f"{c['t1']:.3f}, ended {a['outcome']} at {a['ended_at']}")
+            for (claimant, todo_id), s_ops in ops.items():
+                if todo_id != tid:
+                    continue
+                for o in s_ops:
+                    if o["r"] == "ok" and o["t0"] > c["t1"] + 0.05:
+                        v.append(f"todo {tid}: {o['tool']} by {claimant} accepted, sent {o['t0'] - c['t1']:.3f} s "
+                                 f"after its cancel was acknowledged")
+        for tid, t in todos.items():
+            if t["state"] == "canceled" and tid not in cancels:
+                v.append(f"todo {tid} is canceled, yet no cancel of it was acknowledged or in doubt")
 
         # no fenced call accepted after a later claim of the same todo was answered
         claims_by_todo: dict[str, list[tuple[int, float, str]]] = defaultdict(list)
-        for claimant, s in seen.items():
-            c = s["claim"]
-            if c is not None and c["r"] == "ok":
-                claims_by_todo[c["todo"]].append((c["seq"], c["t1"], claimant))
-        for claimant, s in seen.items():
-            c = s["claim"]
-            if c is None or c["r"] != "ok":
+        for claimant, got in answered.items():
+            for tid, seq in got.items():
+                claims_by_todo[tid].append((seq, claims[claimant]["t1"], claimant))
+        for (claimant, tid), s_ops in ops.items():
+            seq = answered.get(claimant, {}).get(tid)
+            if seq is None:
                 continue
-            for o in s["ops"]:
+            for o in s_ops:
                 if o["r"] != "ok":
                     continue
-                for seq, answered, other in claims_by_todo[c["todo"]]:
-                    if seq > c["seq"] and o["t0"] > answered + 0.05:
-                        v.append(f"todo {c['todo']}: {o['tool']} by {claimant} (attempt {c['seq']}) accepted "
-                                 f"after {other} claimed attempt {seq}")
+                for later, at, other in claims_by_todo[tid]:
+                    if later > seq and o["t0"] > at + 0.05:
+                        v.append(f"todo {tid}: {o['tool']} by {claimant} (attempt {seq}) accepted "
+                                 f"after {other} claimed attempt {later}")
 
         # no credential accepted after its revocation returned
         # (tool calls by their answer, whichever client; other requests by their HTTP status)
@@ -818,7 +991,7 @@ class Soak:
             v.append(f"... and {len(accepted_after) - 20} more calls accepted with revoked credentials")
 
         return {"todos": todos, "attempts": attempts, "calls": calls, "records": records,
-                "live_left": live_left, "causes": causes, "accepted_after": accepted_after}
+                "live_left": live_left, "causes": causes, "accepted_after": accepted_after, "seen": seen}
 
     # ---------------------------------------------------------------------------------- report
 
@@ -884,6 +1057,18 @@ class Soak:
             e = ", ".join(f"{k} {c}" for k, c in errs.get(kind, Counter()).most_common()) or "-"
             lines.append(f"| {kind} | {n} | {len(values)} | {pct(values, 0.5):.0f} | {pct(values, 0.99):.0f} | "
                          f"{max(values) if values else float('nan'):.0f} | {e} |")
+        modes = self.by_mode(got)
+        lines += ["", "| agent mode | agents | claim calls | answered with todos | todos claimed | per claim | "
+                      "reports acknowledged: one by one / with items / in a round | heartbeats ok | "
+                      "reports or heartbeats refused |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+        for mode, m in modes.items():
+            lines.append(f"| {mode} | {m['agents']} | {m['claims']} | {m['claims_ok']} | {m['todos_claimed']} | "
+                         f"{m['todos_claimed'] / max(1, m['claims_ok']):.1f} | {m['acked_single']} / "
+                         f"{m['acked_items']} / {m['acked_round']} | {m['heartbeats']} | {m['refused']} |")
+        cancels = Counter((c["was"], c["r"]) for c in self.cancels)
+        lines += ["", "| the human's cancels: todo picked while | answer | count |", "| --- | --- | ---: |"]
+        lines += [f"| {was} | {r} | {n} |" for (was, r), n in sorted(cancels.items())] or ["| - | none sent | 0 |"]
         lines += ["", "| errors seen by agents | count |", "| --- | ---: |"]
         lines += [f"| {k} | {n} |" for k, n in errs["(all)"].most_common()] or ["| none | 0 |"]
         lines += ["", "| errors seen by the producer (each retried) | count |", "| --- | ---: |"]
@@ -906,9 +1091,40 @@ class Soak:
         print("\n".join(lines), flush=True)
         summary = {"faults": dict(self.faults), "pushed": pushed["created"] + pushed["unknown"],
                    "done": states["done"], "attempts": dict(outcomes), "violations": self.violations,
-                   "claims": sum(len(x) for x in lat.values())}
+                   "claims": sum(len(x) for x in lat.values()), "canceled": states["canceled"],
+                   "cancels": dict(Counter(c["r"] for c in self.cancels)),
+                   "modes": {mode: {k: m[k] for k in ("agents", "claims", "claims_ok", "todos_claimed", "acked_single",
+                                                       "acked_items", "acked_round")} for mode, m in modes.items()}}
         print("SOAK-SUMMARY " + json.dumps(summary), flush=True)
         return summary
+
+    def by_mode(self, got: dict) -> dict[str, dict]:
+        """Per agent mode: claim calls, those answered with todos and how many, reports acknowledged (one
+        by one, with items, in a round), heartbeats acknowledged, reports and heartbeats refused."""
+        seen = got["seen"]
+        modes: dict[str, Counter] = {m: Counter() for m in dict.fromkeys(self.args.mix)}
+        for mode in self.agent_modes.values():
+            modes[mode]["agents"] += 1
+
+        def mode_of(claimant: str) -> Counter:
+            return modes[self.agent_modes.get(claimant.split("/")[0], "single")]
+
+        for claimant, claim in seen["claims"].items():
+            m = mode_of(claimant)
+            m["claims"] += 1
+            if claim["r"] == "ok":
+                m["claims_ok"] += 1
+                m["todos_claimed"] += len(seen["answered"][claimant])
+        for (claimant, _), s_ops in seen["ops"].items():
+            m = mode_of(claimant)
+            for o in s_ops:
+                if o["r"] == "ok":
+                    key = ("heartbeats" if o["tool"] == "heartbeat" else "acked_items" if o["batched"] == "with items"
+                           else "acked_round" if o["batched"] == "in a round" else "acked_single")
+                    m[key] += 1
+                elif o["r"].startswith("err:"):
+                    m["refused"] += 1
+        return modes
 
     def fault_seconds(self) -> float:
         return self.windows[-1][2] - self.windows[0][1] if self.windows else 0.0
@@ -923,6 +1139,7 @@ class Soak:
             backlog = asyncio.create_task(self.watch_backlog())
             load = asyncio.create_task(self.watch_load())
             self.pusher_task = asyncio.create_task(self.pusher())
+            self.canceller_task = asyncio.create_task(self.canceller())
             await asyncio.sleep(self.args.warmup)
             await self.inject()
             await self.drain()
@@ -970,6 +1187,28 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
 
 
+def mix_pattern(text: str) -> list[str]:
+    """"single=2,batch=1,round=1" -> [single, batch, round, single]: each mode as often as its weight,
+    interleaved so that a few agents already have every mode."""
+    weights: dict[str, int] = {}
+    for part in text.split(","):
+        mode, _, n = part.strip().partition("=")
+        if mode not in AGENT_MODES:
+            raise ValueError(f"unknown mode {mode!r} (one of {', '.join(AGENT_MODES)})")
+        weights[mode] = int(n or 1)
+        if weights[mode] < 0:
+            raise ValueError(f"a negative weight for {mode}")
+    pattern: list[str] = []
+    while any(weights.values()):
+        for mode in list(weights):
+            if weights[mode]:
+                pattern.append(mode)
+                weights[mode] -= 1
+    if not pattern:
+        raise ValueError("no agent mode with a weight")
+    return pattern
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Chaos soak: serving processes, MCP agents, faults, then checks.")
     p.add_argument("--duration", type=float, default=600,
@@ -985,7 +1224,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                                                              "10..60)")
     p.add_argument("--seed", type=int, default=None, help="seed of the fault schedule (default: random)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs) afterwards")
+    p.add_argument("--mix", default="single=2,batch=1,round=1",
+                   help="agent modes and their weights (default single=2,batch=1,round=1): single claims one todo "
+                        "at a time; batch claims 2 to 10 with max_todos and closes them one by one or with items; "
+                        "round completes the previous ones in its next claim_next (complete)")
+    p.add_argument("--cancel-rate", type=float, default=None,
+                   help="the human's cancels of live todos per second (default 0.04 per agent; 0: none)")
     args = p.parse_args(argv)
+    try:
+        args.mix = mix_pattern(args.mix)
+    except ValueError as exc:
+        p.error(f"--mix: {exc}")
     if args.drain is None:
         args.drain = max(10.0, min(60.0, args.duration / 10))
     return args

@@ -215,11 +215,11 @@ class SdkConn:
         return result.structured_content or json.loads(result.content[0].text)
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: a todo held is one object
 class Held:
     todo: str
     token: str
-    claimant: str
+    claimant: str  # the label of the claim call that took it (one call may take several todos)
     seq: int
     work_left: float
     verb: str
@@ -227,10 +227,13 @@ class Held:
 
 
 class Agent:
+    """The agent of one todo at a time (mode `single`): claim_next, work with heartbeats, then complete,
+    fail or release. The batch and round agents below share its connection handling and its log."""
+
     def __init__(self, host: Host, spec: dict) -> None:
         self.host, self.name, self.kind, self.lane = host, spec["name"], spec["kind"], spec["lane"]
         self.server = spec["server"]
-        self.held: Held | None = None
+        self.held: list[Held] = []
         self.n = 0
         host.lives += 1
         self.life = f"{host.incarnation}.{host.lives}"  # claimant labels stay unique across restarts
@@ -241,10 +244,29 @@ class Agent:
         self.last_log = time.monotonic()
         self.host.log(a=self.name, **record)
 
+    def next_claimant(self) -> str:
+        """A label unique to one claim call: each attempt row names the call (and agent) that opened it."""
+        self.n += 1
+        return f"{self.name}/{self.life}/{self.n}"
+
+    def take(self, todo_id: str, token: str, claimant: str, seq: int) -> Held:
+        """A todo just claimed, with what the agent will do with it: work 0.1 to 1.5 s (one in ten works
+        one to two leases and needs its heartbeats), then complete (85 %), fail (10 %) or release (5 %)."""
+        ttl = self.host.cfg["lease_ttl"]
+        roll = self.rng.random()
+        verb = "complete" if roll < 0.85 else "fail" if roll < 0.95 else "release"
+        work = self.rng.uniform(0.1, 1.5) if self.rng.random() < 0.9 else self.rng.uniform(ttl, 2 * ttl)
+        return Held(todo_id, token, claimant, seq, work, verb, time.monotonic())
+
+    def abandon(self, why: str) -> None:
+        for h in self.held:
+            self.log(e="abandon", c=h.claimant, todo=h.todo, why=why)
+        self.held = []
+
     async def run(self) -> None:
         cfg = self.host.cfg
         while True:
-            if self.host.stopping.is_set() and self.held is None:
+            if self.host.stopping.is_set() and not self.held:
                 return
             lane = self.host.lanes[self.lane]
             url = f"{cfg['servers'][self.server % len(cfg['servers'])]}/mcp/{lane['slug']}"
@@ -264,9 +286,7 @@ class Agent:
                              r="x:client_cancelled")
                     raise Broken("client_cancelled") from None
             except Refused:
-                if self.held is not None:
-                    self.log(e="abandon", c=self.held.claimant, why="refused")
-                    self.held = None
+                self.abandon("refused")
                 await self.host.lane_changed(self.lane, lane["gen"], timeout=3.0)
             except Broken:
                 self.server += 1  # try the next process
@@ -291,9 +311,18 @@ class Agent:
         finally:
             await conn.close()
 
-    async def call(self, conn, lane: dict, tool: str, args: dict, claimant: str | None) -> dict:
+    async def call(self, conn, lane: dict, tool: str, args: dict, claimant: str | None, *,
+                   todo: str | None = None, items: list[Held] | None = None) -> dict:
+        """One tool call, logged before it is sent and when it is answered. `claimant` labels a claim
+        call, or the claim of the todo `todo` a single report is about; `items` are the held todos a
+        batched close (or a round's `complete`) reports, each logged with its own answer."""
         t0 = time.time()
-        self.log(e="send", g=lane["gen"], tool=tool, c=claimant, t0=t0)  # a kill mid-call leaves this behind
+        ids = {"c": claimant}
+        if todo is not None:
+            ids["todo"] = todo
+        if items:
+            ids["items"] = [[h.claimant, h.todo] for h in items]
+        self.log(e="send", g=lane["gen"], tool=tool, t0=t0, **ids)  # a kill mid-call leaves this behind
         try:
             try:
                 got = await conn.call(tool, args)
@@ -302,11 +331,13 @@ class Agent:
             except Exception as exc:
                 raise classify_exception(exc) from None
         except Refused as exc:
-            self.log(e="call", g=lane["gen"], tool=tool, c=claimant, t0=t0, t1=time.time(), r=f"refused:{exc}")
+            self.log(e="call", g=lane["gen"], tool=tool, t0=t0, t1=time.time(), r=f"refused:{exc}",
+                     **self._items_answered(ids, f"refused:{exc}", None))
             raise
         except Broken as exc:
             r = f"x:{exc.kind}" if exc.sent else f"n:{exc.kind}"  # n: surely never processed
-            self.log(e="call", g=lane["gen"], tool=tool, c=claimant, t0=t0, t1=time.time(), r=r)
+            self.log(e="call", g=lane["gen"], tool=tool, t0=t0, t1=time.time(), r=r,
+                     **self._items_answered(ids, r, None))
             raise
         t1 = time.time()
         if "error" in got:
@@ -317,61 +348,188 @@ class Agent:
             r = "ok"
         extra = {}
         if tool == "claim_next" and r == "ok":
-            extra = {"todo": got["todo"]["id"], "seq": got["attempt_seq"]}
-        self.log(e="call", g=lane["gen"], tool=tool, c=claimant, t0=t0, t1=t1, r=r, **extra)
+            if "todos" in got:  # max_todos: each todo under its own attempt
+                extra = {"todos": [[t["todo"]["id"], t["attempt_seq"]] for t in got["todos"]]}
+            else:
+                extra = {"todo": got["todo"]["id"], "seq": got["attempt_seq"]}
+        self.log(e="call", g=lane["gen"], tool=tool, t0=t0, t1=t1, r=r, **self._items_answered(ids, r, got), **extra)
         if r in UNSURE_ERRORS or r == "err:rate_limited":
             raise Broken(r)  # retried after a pause, on another process, with the lease still held
         if r.startswith("err:") and r[4:] in AUTH_CODES:
             raise Refused(r)  # an open session told its credential was revoked: fetch the new one
         return got
 
+    @staticmethod
+    def _items_answered(ids: dict, r: str, got: dict | None) -> dict:
+        """The log's ids of an answered call: a batched close's items each with its own answer (`ok` or
+        `err:<code>` from the per-item results), or the call's when it has none (lost, refused, an error)."""
+        if "items" not in ids:
+            return ids
+        per = {}
+        if got is not None and "error" not in got:
+            per = {x["id"]: "ok" if x.get("ok") else f"err:{(x.get('error') or {}).get('code')}"
+                   for x in got.get("results") or got.get("completed") or []}
+        return dict(ids, items=[[c, t, per.get(t, r if not per else "missing")] for c, t in ids["items"]])
+
     async def loop(self, conn, lane: dict) -> None:
         cfg = self.host.cfg
         ttl = cfg["lease_ttl"]
         while True:
-            if self.held is not None:
+            if self.held:
                 await self.work(conn, lane)
                 continue
             if self.host.stopping.is_set():
                 return
             if self.host.lanes[self.lane]["gen"] != lane["gen"]:
                 return  # a new credential: reconnect with it
-            self.n += 1
-            claimant = f"{self.name}/{self.life}/{self.n}"
+            claimant = self.next_claimant()
             got = await self.call(conn, lane, "claim_next", {"queue": QUEUE, "require_fence": True,
                                                              "claimant": claimant, "lease_ttl_seconds": ttl},
                                   claimant)
             if "error" in got or got.get("empty"):
                 await asyncio.sleep(self.rng.uniform(0.3, 1.0))
                 continue
-            roll = self.rng.random()
-            verb = "complete" if roll < 0.85 else "fail" if roll < 0.95 else "release"
-            work = self.rng.uniform(0.1, 1.5) if self.rng.random() < 0.9 else self.rng.uniform(ttl, 2 * ttl)
-            self.held = Held(got["todo"]["id"], got["lease_token"], claimant, got["attempt_seq"], work, verb,
-                             time.monotonic())
+            self.held = [self.take(got["todo"]["id"], got["lease_token"], claimant, got["attempt_seq"])]
+
+    async def heartbeat(self, conn, lane: dict, h: Held) -> bool:
+        """Extend the lease of `h`; False (and `h` no longer held) when the lease is gone."""
+        ttl = self.host.cfg["lease_ttl"]
+        got = await self.call(conn, lane, "heartbeat", {"id": h.todo, "lease_token": h.token, "lease_ttl_seconds": ttl},
+                              h.claimant, todo=h.todo)
+        if "error" in got:
+            self.held.remove(h)
+            return False
+        h.last_ok = time.monotonic()
+        return True
+
+    async def report(self, conn, lane: dict, h: Held, verb: str | None = None) -> None:
+        """complete, fail or release one todo. Acknowledged, or a conflict: either way it is no longer held."""
+        verb = verb or h.verb
+        args = {"id": h.todo, "lease_token": h.token, "summary": f"soak {verb} by {self.name}"}
+        if verb == "complete":
+            args["result"] = {"by": self.name}
+        await self.call(conn, lane, verb, args, h.claimant, todo=h.todo)
+        self.held.remove(h)
 
     async def work(self, conn, lane: dict) -> None:
         """Work on the held todo with heartbeats, then report. A conflict means the lease is gone."""
-        h = self.held
-        ttl = self.host.cfg["lease_ttl"]
-        beat = ttl / 3
+        h = self.held[0]
+        beat = self.host.cfg["lease_ttl"] / 3
         while h.work_left > 0:
             step = min(h.work_left, max(0.05, beat - (time.monotonic() - h.last_ok)))
             await asyncio.sleep(step)
             h.work_left -= step
-            if time.monotonic() - h.last_ok >= beat:
-                got = await self.call(conn, lane, "heartbeat", {"id": h.todo, "lease_token": h.token,
-                                                                "lease_ttl_seconds": ttl}, h.claimant)
-                if "error" in got:
-                    self.held = None
-                    return
-                h.last_ok = time.monotonic()
-        args = {"id": h.todo, "lease_token": h.token, "summary": f"soak {h.verb} by {self.name}"}
-        if h.verb == "complete":
-            args["result"] = {"by": self.name}
-        got = await self.call(conn, lane, h.verb, args, h.claimant)
-        self.held = None  # acknowledged, or a conflict: either way nothing is held any more
-        del got
+            if time.monotonic() - h.last_ok >= beat and not await self.heartbeat(conn, lane, h):
+                return
+        await self.report(conn, lane, h)
+
+
+class BatchAgent(Agent):
+    """Mode `batch`: claim_next with max_todos (2 to 10), fenced, each todo under its own attempt and
+    token; works them side by side with a heartbeat per todo when due. Half its batches it reports
+    together when all are done: the completes in one call with `items`, the fails in another (per-item
+    answers); the other half one by one as each is done. Releases always go one by one."""
+
+    together = False  # this batch is reported together (items) when all its todos are done
+
+    async def loop(self, conn, lane: dict) -> None:
+        while True:
+            if self.held:
+                await self.work(conn, lane)
+                continue
+            if self.host.stopping.is_set():
+                return
+            if self.host.lanes[self.lane]["gen"] != lane["gen"]:
+                return
+            await self.claim_batch(conn, lane)
+
+    async def claim_batch(self, conn, lane: dict, complete: list[Held] | None = None) -> dict:
+        claimant = self.next_claimant()
+        args = {"queue": QUEUE, "require_fence": True, "claimant": claimant,
+                "lease_ttl_seconds": self.host.cfg["lease_ttl"], "max_todos": self.rng.randint(2, 10)}
+        if complete:
+            args["complete"] = [self.close_item(h, "complete") for h in complete]
+        got = await self.call(conn, lane, "claim_next", args, claimant, items=complete)
+        if complete and "error" not in got:  # answered: each item ended, acknowledged or refused
+            self.held = [h for h in self.held if h not in complete]
+        if "error" in got or got.get("empty"):
+            await asyncio.sleep(self.rng.uniform(0.3, 1.0))
+            return got
+        self.held += [self.take(t["todo"]["id"], t["lease_token"], claimant, t["attempt_seq"]) for t in got["todos"]]
+        self.together = self.rng.random() < 0.5
+        return got
+
+    def close_item(self, h: Held, verb: str) -> dict:
+        item = {"id": h.todo, "lease_token": h.token, "summary": f"soak {verb} by {self.name}"}
+        if verb == "complete":
+            item["result"] = {"by": self.name}
+        return item
+
+    async def close_many(self, conn, lane: dict, verb: str, group: list[Held]) -> None:
+        """complete or fail `group` in one call with `items`; whatever each item's answer, none is held after."""
+        await self.call(conn, lane, verb, {"items": [self.close_item(h, verb) for h in group]}, None, items=group)
+        self.held = [h for h in self.held if h not in group]
+
+    async def tend(self, conn, lane: dict, *, until_all: bool) -> None:
+        """Work on the held todos side by side, heartbeating each when due, until one (or every one) is done."""
+        beat = self.host.cfg["lease_ttl"] / 3
+        while self.held:
+            left = [h.work_left for h in self.held]
+            if (max(left) if until_all else min(left)) <= 0:
+                return
+            now = time.monotonic()
+            due = min(beat - (now - h.last_ok) for h in self.held)
+            step = max(0.05, min(due, min(x for x in left if x > 0)))
+            t = time.monotonic()
+            await asyncio.sleep(step)
+            elapsed = time.monotonic() - t
+            for h in self.held:
+                h.work_left -= elapsed
+            for h in list(self.held):
+                if time.monotonic() - h.last_ok >= beat:
+                    await self.heartbeat(conn, lane, h)
+
+    async def work(self, conn, lane: dict) -> None:
+        await self.tend(conn, lane, until_all=self.together)
+        ready = [h for h in self.held if h.work_left <= 0]
+        for verb in self.rng.sample(("complete", "fail", "release"), 3):
+            group = [h for h in ready if h.verb == verb and h in self.held]
+            if group and verb != "release" and self.together:
+                await self.close_many(conn, lane, verb, group)
+                continue
+            for h in group:
+                await self.report(conn, lane, h)
+
+
+class RoundAgent(BatchAgent):
+    """Mode `round`: a worker's round in one call. claim_next with max_todos (2 to 10) and `complete`
+    listing the todos of the previous round it finished; the ones it fails or releases go first, one by
+    one (fails of two or more at once half the time with `items`). When it stops, what it still holds is
+    completed with `complete` and `items`."""
+
+    async def loop(self, conn, lane: dict) -> None:
+        while True:
+            if self.held:
+                await self.tend(conn, lane, until_all=True)
+                for h in [h for h in self.held if h.verb == "release"]:
+                    await self.report(conn, lane, h)
+                fails = [h for h in self.held if h.verb == "fail"]
+                if len(fails) >= 2 and self.rng.random() < 0.5:
+                    await self.close_many(conn, lane, "fail", fails)
+                else:
+                    for h in fails:
+                        await self.report(conn, lane, h)
+            done = list(self.held)  # all of them done and to be completed
+            if self.host.stopping.is_set() or self.host.lanes[self.lane]["gen"] != lane["gen"]:
+                if done:
+                    await self.close_many(conn, lane, "complete", done)
+                return
+            got = await self.claim_batch(conn, lane, complete=done)
+            if "error" in got and self.held:  # refused whole (nothing changed): complete them alone
+                await self.close_many(conn, lane, "complete", [h for h in self.held if h in done])
+
+
+AGENT_MODES = {"single": Agent, "batch": BatchAgent, "round": RoundAgent}
 
 
 class Host:
@@ -398,7 +556,7 @@ class Host:
                     await ev.wait()
 
     def start_agent(self, spec: dict) -> None:
-        agent = Agent(self, spec)
+        agent = AGENT_MODES[spec.get("mode", "single")](self, spec)
         task = asyncio.create_task(agent.run())
         self.agents[spec["name"]] = (agent, task)
 
@@ -406,21 +564,20 @@ class Host:
             if self.stopping.is_set() or t.cancelled() or self.agents.get(spec["name"], (None, None))[1] is not t:
                 return
             print(f"{spec['name']} ended unexpectedly: {t.exception()!r}", file=sys.stderr, flush=True)
-            if agent.held is not None:
-                agent.log(e="abandon", c=agent.held.claimant, why="agent crashed")
+            agent.abandon("agent crashed")
             self.start_agent(dict(spec, server=agent.server + 1))
 
         task.add_done_callback(ended)
 
     async def cancel_one(self) -> None:
         """Cancel an agent holding a lease (any, if none holds one) without reporting; restart it."""
-        holding = [n for n, (a, _) in self.agents.items() if a.held is not None] or list(self.agents)
+        holding = [n for n, (a, _) in self.agents.items() if a.held] or list(self.agents)
         name = random.choice(holding)
         agent, task = self.agents[name]
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
-        self.log(e="cancelled", a=name, c=agent.held.claimant if agent.held else None, t=time.time())
+        self.log(e="cancelled", a=name, held=[[h.claimant, h.todo] for h in agent.held], t=time.time())
         await asyncio.sleep(random.uniform(0.5, 2.0))
         spec = next(s for s in self.cfg["agents"] if s["name"] == name)
         self.start_agent(dict(spec, server=agent.server + 1))

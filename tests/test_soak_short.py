@@ -1,5 +1,6 @@
-"""The chaos soak, short (issue 15): two serving processes, eight agents, every fault kind at least once,
-then the drain and every check of bench/soak.py. It fails on any violation the soak reports."""
+"""The chaos soak, short (issue 15): two serving processes, eight agents (one at a time, batches with
+max_todos and items, rounds with claim_next's complete), a human cancelling live todos, every fault kind at
+least once, then the drain and every check of bench/soak.py. It fails on any violation the soak reports."""
 
 from __future__ import annotations
 
@@ -30,4 +31,9 @@ def test_short_soak_survives_every_fault_kind():
     for kind in FAULT_KINDS:
         assert summary["faults"].get(kind, 0) >= 1, f"fault {kind} never injected: {summary['faults']}"
     assert summary["done"] > 0 and summary["claims"] > 0
+    modes = summary["modes"]
+    assert modes["single"]["todos_claimed"] > 0, modes
+    assert modes["batch"]["todos_claimed"] > 0 and modes["batch"]["acked_items"] > 0, modes
+    assert modes["round"]["todos_claimed"] > 0 and modes["round"]["acked_round"] > 0, modes
+    assert summary["cancels"].get("ok", 0) > 0 and summary["canceled"] > 0, summary["cancels"]
     print(f"short soak: {elapsed:.0f} s, {summary['pushed']} pushed, {summary['done']} done")
