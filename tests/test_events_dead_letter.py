@@ -104,7 +104,7 @@ async def test_dead_letter_carries_its_last_attempt_revocation(core):
     assert {k: body["final_attempt"][k] for k in FINAL_KEYS} == ev.final_attempt
     # a todo that never had an attempt is still a dead letter; there is no attempt to carry
     [plain] = rec.dead(waiting["id"])
-    assert plain.final_attempt is None and plain.extra["dead_lettered"] is True
+    assert plain.final_attempt is None and plain.dead_lettered_without_attempt is True
     body = await hook_body(core, waiting["id"])
     assert body["reason"] == "revoked" and body["final_attempt"] is None and body["attempts_total"] == 0
 

@@ -143,7 +143,7 @@ async def _revoke_id(core: Core, endpoint_id: UUID) -> tuple[bool, int]:
     # A revoked todo with no open attempt still dead-letters: say so with its last attempt unknown.
     for ev in evs:
         if ev.final_attempt is None:
-            ev.extra["dead_lettered"] = True
+            ev.dead_lettered_without_attempt = True
     await core.bus.publish(*evs)
     await teams.publish_hand_back(core, handed_back)
     if revoked:

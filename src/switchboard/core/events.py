@@ -41,8 +41,14 @@ class Event:
     final_attempt: dict[str, Any] | None = None
     ready: str | None = None
     source: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     team_id: str = ""  # a team todo's team (its endpoint_id is then "")
+    # A claim on a queue under an admission policy: charged one unit (counted by the metrics).
+    admission_charged: bool = False
+    # `admission_deferred`: why the queue refused claims now (admission.REASONS).
+    deferral_reason: str | None = None
+    # A transition that dead-lettered a todo with no attempt open to close (a revocation of a todo
+    # parked for retry): a dead letter whose last attempt the event does not carry.
+    dead_lettered_without_attempt: bool = False
     _closed_shape: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -63,7 +69,7 @@ class Event:
 
     @property
     def dead_lettered(self) -> bool:
-        return self.final_attempt is not None or bool(self.extra.get("dead_lettered")) or (
+        return self.final_attempt is not None or self.dead_lettered_without_attempt or (
             self.closed_row is not None and self.closed_row.get("disposition") == "dead_lettered")
 
     def as_dict(self) -> dict[str, Any]:
@@ -77,7 +83,7 @@ class Event:
 
 def build(verb: str, row: dict[str, Any], closed_raw: dict[str, Any] | None = None, *, ready: str | None = None,
           source: str | None = None, todo: dict[str, Any] | None = None, todo_is_copy: bool = False,
-          **extra: Any) -> Event:
+          admission_charged: bool = False) -> Event:
     """Make the event of one committed transition from the returned todo row and closed attempt.
     `todo`: the row's compact shape when the caller already made it (the event keeps a copy, unless
     `todo_is_copy` says that the caller made it for events alone)."""
@@ -94,7 +100,7 @@ def build(verb: str, row: dict[str, Any], closed_raw: dict[str, Any] | None = No
     shaped = (todo if todo_is_copy else dict(todo)) if todo is not None else shapes.compact(row)
     return Event(verb=verb, todo=shaped, endpoint_id=_text(endpoint_id) if endpoint_id else "",
                  queue=row["queue"], closed_row=closed_raw or None, final_attempt=final, ready=ready,
-                 source=source, extra=extra, team_id=_text(team_id) if team_id else "")
+                 source=source, team_id=_text(team_id) if team_id else "", admission_charged=admission_charged)
 
 
 @functools.lru_cache(maxsize=1024)

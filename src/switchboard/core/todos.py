@@ -239,7 +239,7 @@ def _claim_events(pairs: Claimed, charged: frozenset[str] = frozenset()) -> list
 def _deferral_events(deferred: list[dict[str, Any]]) -> list[events.Event]:
     """One `admission_deferred` event per queue refused (no todo: the metrics count refusals)."""
     return [events.Event(verb="admission_deferred", todo={"id": ""}, endpoint_id="", queue=d["queue"],
-                         extra={"reason": d["reason"]}) for d in deferred]
+                         deferral_reason=d["reason"]) for d in deferred]
 
 
 async def _fetch(conn: Any, sql: str, params: dict[str, Any], op: str) -> list[dict[str, Any]]:

@@ -184,9 +184,9 @@ class Metrics:
             return
         queue = self.queue(ev.queue)
         if verb == "admission_deferred":
-            self.admission_refusals.labels(queue, bounded(str(ev.extra.get("reason", "")))).inc()
+            self.admission_refusals.labels(queue, bounded(ev.deferral_reason or "")).inc()
             return
-        if ev.extra.get("admission_charged"):
+        if ev.admission_charged:
             self.admission_charged.labels(queue).inc()
         if verb == "create":
             self.created.labels(queue, bounded(ev.source or "unknown")).inc()
@@ -204,7 +204,7 @@ class Metrics:
         """The bus's batch form: a bulk push's `create` events are counted once per queue and source."""
         created: dict[tuple[str, str], int] = {}
         for ev in events:
-            if ev.verb == "create" and ev.closed_row is None and not ev.extra.get("admission_charged"):
+            if ev.verb == "create" and ev.closed_row is None and not ev.admission_charged:
                 key = (ev.queue, ev.source or "unknown")
                 created[key] = created.get(key, 0) + 1
             else:
