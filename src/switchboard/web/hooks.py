@@ -28,27 +28,22 @@ its models and described by its OpenAPI document.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
-import random
 import time
-from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 from standardwebhooks import Webhook
 
 from .. import __version__
 from ..core import hooks as core_hooks
-from ..core.events import Event
 from ..core.inputs import cut_utf8
 from ..db.listen import ReadyListener
 from ..runtime import Component, Runtime
 from . import outbound
 from .metrics import Metrics
+from .outbox_sender import OutboxSender
 
 log = logging.getLogger("switchboard.hooks")
 
@@ -56,8 +51,6 @@ RETRY_DELAYS: tuple[float, ...] = (1, 5, 30, 120, 600, 1800, 3600)  # after atte
 PER_HOOK = 4
 GLOBAL = 16
 LEASE_SECONDS = 60.0
-MIN_PUMP_INTERVAL = 0.05  # seconds between two outbox scans
-POLL_SECONDS = 1.0
 PRUNE_EVERY_SECONDS = 3600.0
 KEEP_DAYS = 7
 BODY_ORDER = ("type", "reason", "todo_id", "queue", "kind", "source", "title", "endpoint", "attempt",
@@ -89,132 +82,52 @@ def render_body(body: dict) -> str:
     return text
 
 
-class HookSender:
+class HookSender(OutboxSender):
+    """Delivers `hook_outbox` rows: at most PER_HOOK at once to one hook, GLOBAL in all."""
+
+    name = "hook-sender"
+    in_flight_max = GLOBAL
+    waking_verbs = WAKING_VERBS
+    logger = log
+
     def __init__(self, runtime: Runtime, *, listener: ReadyListener | None = None,
                  metrics: Metrics | None = None) -> None:
         """`listener`: the runtime's LISTEN connection (wake-ups from other processes start a scan);
         `metrics`: where attempts and settled notifications are counted."""
-        self.runtime = runtime
+        super().__init__(runtime, RETRY_DELAYS)
         self.listener = listener
         self.metrics = metrics
-        self.retry_delays: tuple[float, ...] = RETRY_DELAYS
-        self.allow_private = runtime.settings.hooks_allow_private
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        # Set by stop(): the loop also ends on it, since Python 3.11's asyncio.wait_for loses a
-        # cancellation that arrives as the event it waits on is set.
-        self._stopping = False
-        self._jobs: set[asyncio.Task] = set()
-        self._busy: dict[Any, int] = {}
-        self._global = asyncio.Semaphore(GLOBAL)
-        self._client: httpx.AsyncClient | None = None
-        self._unsubscribe: Callable[[], None] | None = None
         self._next_prune = 0.0
         self._unlisten: Any = None
 
-    @property
-    def max_attempts(self) -> int:
-        return len(self.retry_delays) + 1
-
-    # ------------------------------------------------------------------------------- lifecycle
-
     async def start(self) -> None:
-        self._stopping = False
-        self._client = outbound.new_client(GLOBAL)
-        self._unsubscribe = self.runtime.core.bus.subscribe_batch(self.on_events)
         if self.listener is not None:
             self._unlisten = self.listener.subscribe(on_batch=self.on_wakeups)
-        self._task = asyncio.create_task(self._run(), name="hook-sender")
+        await super().start()
 
     async def stop(self) -> None:
-        if self._unsubscribe:
-            self._unsubscribe()
         if self._unlisten:
             self._unlisten()
-        self._stopping = True
-        self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        for job in list(self._jobs):
-            job.cancel()
-        if self._jobs:
-            await asyncio.gather(*self._jobs, return_exceptions=True)
-        if self._client is not None:
-            await self._client.aclose()
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def on_event(self, ev: Event) -> None:
-        self.on_events((ev,))
-
-    def on_events(self, events: Sequence[Event]) -> None:
-        if any(ev.verb in WAKING_VERBS for ev in events):
-            self._wake.set()
+        await super().stop()
 
     async def on_wakeups(self, batch: list[dict]) -> None:
         self._wake.set()  # a todo became ready in some process: its outbox rows are committed
 
-    # ------------------------------------------------------------------------------------ loop
-
-    async def _run(self) -> None:
-        last_pump = 0.0
-        while not self._stopping:
-            # Wake-ups come with every transition; coalesce them so a busy queue costs the outbox
-            # at most a few queries per second, not two per transition.
-            pause = last_pump + MIN_PUMP_INTERVAL - time.monotonic()
-            if pause > 0:
-                await asyncio.sleep(pause)
-            last_pump = time.monotonic()
-            try:
-                await self.pump()
-                now = time.monotonic()
-                if now >= self._next_prune:
-                    self._next_prune = now + PRUNE_EVERY_SECONDS
-                    await core_hooks.prune(self.runtime.core, days=KEEP_DAYS)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("hook sender pass failed; continuing")
-            timeout = POLL_SECONDS
-            with contextlib.suppress(Exception):
-                due = await core_hooks.next_due_in(self.runtime.core)
-                if due is not None:
-                    timeout = min(POLL_SECONDS, max(0.01, due))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            self._wake.clear()
-
-    async def pump(self) -> int:
-        """Take what is due (within the concurrency bounds) and start sending it."""
-        free = GLOBAL - len(self._jobs)
-        if free <= 0:
-            return 0
-        busy = [h for h, n in self._busy.items() if n > 0]
-        rows = await core_hooks.claim_due(self.runtime.core, limit=free, per_hook=PER_HOOK,
+    async def claim_due(self, limit: int, busy: list[Any]) -> list[dict]:
+        return await core_hooks.claim_due(self.runtime.core, limit=limit, per_hook=PER_HOOK,
                                           lease_seconds=LEASE_SECONDS, busy=busy)
-        for row in rows:
-            self._busy[row["hook_id"]] = self._busy.get(row["hook_id"], 0) + 1
-            job = asyncio.create_task(self._deliver(row), name="hook-delivery")
-            self._jobs.add(job)
-            job.add_done_callback(self._jobs.discard)
-        return len(rows)
 
-    async def _deliver(self, row: dict) -> None:
-        try:
-            async with self._global:
-                await self.attempt(row)
-        finally:
-            n = self._busy.get(row["hook_id"], 1) - 1
-            if n <= 0:
-                self._busy.pop(row["hook_id"], None)
-            else:
-                self._busy[row["hook_id"]] = n
-            self._wake.set()
+    async def next_due_in(self) -> float | None:
+        return await core_hooks.next_due_in(self.runtime.core)
 
-    # --------------------------------------------------------------------------------- attempt
+    def target(self, row: dict) -> Any:
+        return row["hook_id"]
+
+    async def after_pass(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_prune:
+            self._next_prune = now + PRUNE_EVERY_SECONDS
+            await core_hooks.prune(self.runtime.core, days=KEEP_DAYS)
 
     async def send_once(self, row: dict) -> tuple[str, int | None, str | None, bool]:
         """One HTTP attempt: (result class, status code, error class, retry?)."""
@@ -238,13 +151,7 @@ class HookSender:
         result, status, error, retry = await self.send_once(row)
         duration_ms = int((time.perf_counter() - t0) * 1000)
         attempt = row["attempts"]
-        if result == "2xx":
-            state, retry_in = "delivered", 0.0
-        elif retry and attempt < self.max_attempts:
-            base = self.retry_delays[min(attempt, len(self.retry_delays)) - 1]
-            state, retry_in = "pending", base * random.uniform(0.8, 1.2)
-        else:
-            state, retry_in = "failed", 0.0
+        state, retry_in = self.settle(result, retry, attempt)
         await core_hooks.record_attempt(
             self.runtime.core, outbox_id=row["id"], attempt=attempt, started_at=started, duration_ms=duration_ms,
             status_code=status, result=result, error=error, state=state, retry_in=retry_in)
