@@ -372,8 +372,6 @@ class Agent:
         return dict(ids, items=[[c, t, per.get(t, r if not per else "missing")] for c, t in ids["items"]])
 
     async def loop(self, conn, lane: dict) -> None:
-        cfg = self.host.cfg
-        ttl = cfg["lease_ttl"]
         while True:
             if self.held:
                 await self.work(conn, lane)
@@ -382,14 +380,19 @@ class Agent:
                 return
             if self.host.lanes[self.lane]["gen"] != lane["gen"]:
                 return  # a new credential: reconnect with it
-            claimant = self.next_claimant()
-            got = await self.call(conn, lane, "claim_next", {"queue": QUEUE, "require_fence": True,
-                                                             "claimant": claimant, "lease_ttl_seconds": ttl},
-                                  claimant)
-            if "error" in got or got.get("empty"):
-                await asyncio.sleep(self.rng.uniform(0.3, 1.0))
-                continue
-            self.held = [self.take(got["todo"]["id"], got["lease_token"], claimant, got["attempt_seq"])]
+            await self.claim(conn, lane)
+
+    async def claim(self, conn, lane: dict) -> None:
+        """One claim call; what it took is held, and an empty or refused answer pauses a little."""
+        claimant = self.next_claimant()
+        got = await self.call(conn, lane, "claim_next", {"queue": QUEUE, "require_fence": True,
+                                                         "claimant": claimant,
+                                                         "lease_ttl_seconds": self.host.cfg["lease_ttl"]},
+                              claimant)
+        if "error" in got or got.get("empty"):
+            await asyncio.sleep(self.rng.uniform(0.3, 1.0))
+            return
+        self.held = [self.take(got["todo"]["id"], got["lease_token"], claimant, got["attempt_seq"])]
 
     async def heartbeat(self, conn, lane: dict, h: Held) -> bool:
         """Extend the lease of `h`; False (and `h` no longer held) when the lease is gone."""
@@ -432,16 +435,8 @@ class BatchAgent(Agent):
 
     together = False  # this batch is reported together (items) when all its todos are done
 
-    async def loop(self, conn, lane: dict) -> None:
-        while True:
-            if self.held:
-                await self.work(conn, lane)
-                continue
-            if self.host.stopping.is_set():
-                return
-            if self.host.lanes[self.lane]["gen"] != lane["gen"]:
-                return
-            await self.claim_batch(conn, lane)
+    async def claim(self, conn, lane: dict) -> None:
+        await self.claim_batch(conn, lane)
 
     async def claim_batch(self, conn, lane: dict, complete: list[Held] | None = None) -> dict:
         claimant = self.next_claimant()
