@@ -745,7 +745,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", default="1,4,20", help="worker counts, comma separated (default 1,4,20)")
     p.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
     p.add_argument("--seconds", type=float, default=4.0, help="seconds per measurement (default 4)")
-    p.add_argument("--backlog", type=int, default=20_000, help="pending todos kept per queue (default 20,000)")
+    p.add_argument("--backlog", type=int, default=40_000, help="pending todos kept per queue (default 40,000)")
     p.add_argument("--history", type=int, default=20_000,
                    help="done todos with one attempt each, loaded first (default 20,000)")
     p.add_argument("--explain", action="store_true", help="EXPLAIN ANALYZE the claim statements at the end")
