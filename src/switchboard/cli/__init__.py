@@ -71,7 +71,6 @@ def _unwrap_docstrings(group: typer.Typer) -> None:
             _unwrap_docstrings(sub.typer_instance)
 
 
-
 def _version(value: bool) -> None:
     if value:
         from .. import __version__
