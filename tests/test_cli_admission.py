@@ -70,11 +70,13 @@ def test_an_endpoints_queue_policy_on_the_local_database(server, config_home):
     paused = ok(alice, "queue", "pause", "build", "--endpoint", slug)["policy"]
     assert paused["paused"] is True and paused["status"] == "paused"
     text = sb(alice, "queue", "policy", "list")
-    assert text.returncode == 0 and "PAUSED" in text.stdout
+    assert text.returncode == 0 and "PAUSED (the switch is on)" in text.stdout and "paused" not in text.stdout
     kept = ok(alice, "queue", "policy", "set", "build", "--endpoint", slug, "--max-in-flight", "none",
               "--max-claims", "5", "--period", "week", "--weekday", "fri")["policy"]
     assert (kept["max_in_flight"], kept["max_claims_per_window"], kept["paused"]) == (None, 5, True)
     assert kept["window"]["weekday"] == "fri"
+    shown = sb(alice, "queue", "policy", "show", "build", "--endpoint", slug).stdout
+    assert "in flight 0 of no limit; claims 0 of 5 per week from 00:00 fri UTC, resets " in shown, shown
     resumed = sb(alice, "queue", "resume", "build", "--endpoint", slug)
     assert resumed.returncode == 0 and resumed.stdout == "resumed build (open)\n"
     ok(alice, "queue", "pause", "deploy", "--endpoint", slug)  # a queue without a policy: one that only pauses

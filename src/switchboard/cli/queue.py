@@ -43,14 +43,20 @@ def _of(n: int | None) -> str:
 
 
 def policy_line(p: dict) -> str:
+    """Two lines: the queue and its status (PAUSED when the switch is on, whatever else holds it back),
+    then the usage; the window is named only where a claim budget uses it."""
     w = p["window"]
-    window = f"per {w['period']} from {w['start']}" + (f" {w['weekday']}" if w["weekday"] else "") + f" {w['tz']}"
     where = f"endpoint {p['endpoint']}" if p.get("endpoint") else "team queue"
-    paused = "  PAUSED" if p["paused"] else ""
-    return (f"{p['queue']}  ({where})  {p['status']}{paused}\n"
-            f"    in flight {p['in_flight']} of {_of(p['max_in_flight'])}; claims {p['used']} of "
-            f"{_of(p['max_claims_per_window'])} {window}; resets {p['window_resets_at'] or '-'}; "
-            f"pending {p['pending']}")
+    status = "PAUSED (the switch is on)" if p["paused"] else p["status"]
+    if p["max_claims_per_window"] is None:
+        claims = f"claims {p['used']} (no limit)"
+    else:
+        window = (f"per {w['period']} from {w['start']}" + (f" {w['weekday']}" if w["weekday"] else "")
+                  + f" {w['tz']}")
+        claims = (f"claims {p['used']} of {p['max_claims_per_window']} {window}, resets "
+                  f"{p['window_resets_at'] or '-'}")
+    return (f"{p['queue']}  ({where})  {status}\n"
+            f"    in flight {p['in_flight']} of {_of(p['max_in_flight'])}; {claims}; pending {p['pending']}")
 
 
 @policy_app.command("set")
