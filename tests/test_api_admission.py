@@ -79,6 +79,7 @@ async def test_an_owners_claim_on_a_deferred_queue_is_409_deferred(core, server)
     assert alice.ok("POST", f"/todos/{first['id']}/claim")["todo"]["state"] == "claimed"
     error = alice.refused("POST", f"/todos/{second['id']}/claim", status=409, code="deferred")
     assert error["queue"] == "build" and error["reason"] == "in_flight_full" and "next_eligible_at" in error
+    assert error["pending"] == 1
     usage = alice.ok("GET", policy_path(scope, "build"))["policy"]
     assert (usage["in_flight"], usage["used"], usage["status"], usage["pending"]) == (1, 1, "in_flight_full", 1)
     alice.ok("POST", f"/todos/{first['id']}/complete", {"summary": "done"})

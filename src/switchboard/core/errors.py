@@ -77,19 +77,23 @@ class Unauthorized(CoreError):
 class Deferred(CoreError):
     """Admission control refused a claim on this queue for now (SPEC-0030, core/admission.py): the
     body says which queue, why (`window_exhausted`, `in_flight_full`, `paused`,
-    `admission_unavailable`) and when it may admit again (null when no moment is known)."""
+    `admission_unavailable`), how many of its todos wait (`pending`, null when unknown) and when it may
+    admit again (null when no moment is known): the facts of a deferral entry of claim_next."""
 
     code = "deferred"
     default_message = "admission control defers claims on this queue"
 
     def __init__(self, message: str | None = None, *, queue: str, reason: str,
-                 next_eligible_at: str | None = None, op: str | None = None, todo_id: str | None = None) -> None:
+                 next_eligible_at: str | None = None, pending: int | None = None, op: str | None = None,
+                 todo_id: str | None = None) -> None:
         super().__init__(message or f"queue {queue} is deferred: {reason}", op=op, todo_id=todo_id)
         self.queue = queue
         self.reason = reason
         self.next_eligible_at = next_eligible_at
+        self.pending = pending
 
     def to_dict(self) -> dict[str, Any]:
         body = super().to_dict()
-        body.update(queue=self.queue, reason=self.reason, next_eligible_at=self.next_eligible_at)
+        body.update(queue=self.queue, reason=self.reason, pending=self.pending,
+                    next_eligible_at=self.next_eligible_at)
         return body

@@ -299,7 +299,7 @@ async def _claim_policed(core: Core, caller: Caller, params: dict[str, Any], tok
                     if not verdicts.admitted([queue]):
                         refusal = verdicts.deferred()[0]
                         await core.bus.publish(*_deferral_events([refusal]))
-                        raise Deferred(queue=queue, reason=refusal["reason"],
+                        raise Deferred(queue=queue, reason=refusal["reason"], pending=refusal["pending"],
                                        next_eligible_at=refusal["next_eligible_at"], op="claim", todo_id=params["id"])
                     core.policed.note(identity, queue, False)
                     rows = await _fetch(conn, Q.todos.claim, admitted_params, "claim")

@@ -475,6 +475,8 @@ ERROR_BODY = {
                 "argument": _t("string", "The argument that was wrong (code invalid only)."),
                 "queue": _t("string", "Code deferred only: the queue admission control holds back."),
                 "reason": _t("string", "Code deferred only: why.", enum=list(DEFER_REASONS)),
+                "pending": _t(["integer", "null"], "Code deferred only: the queue's todos waiting; null when "
+                                                  "unknown."),
                 "next_eligible_at": _t(["string", "null"], "Code deferred only: when the queue may admit again "
                                                           f"({TIMESTAMP_NOTE}); null when unknown."),
             },

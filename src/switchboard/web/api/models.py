@@ -58,6 +58,7 @@ class ErrorDetail(Reply):
     queue: str | None = Field(None, description="`deferred`: the queue admission control defers.")
     reason: str | None = Field(None, description="`deferred`: window_exhausted, in_flight_full, paused or "
                                                  "admission_unavailable.")
+    pending: int | None = Field(None, description="`deferred`: the queue's todos waiting (null when unknown).")
     next_eligible_at: str | None = Field(None, description="`deferred`: when the queue may admit a claim again "
                                                            "(null when no moment is known).")
 

@@ -42,7 +42,7 @@ ERRORS = {
          "allow it (`forbidden`).",
     404: "No such object, or it is another human's: the same body either way (`not_found`).",
     409: "Not in a state this applies to (`conflict`), or admission control defers claims on the todo's "
-         "queue for now (`deferred`, with `queue`, `reason` and `next_eligible_at`).",
+         "queue for now (`deferred`, with `queue`, `reason`, `pending` and `next_eligible_at`).",
     413: f"The body is over {MAX_BODY_BYTES} bytes (`too_large`).",
     429: "This token's rate limit (`rate_limited`); retry after `Retry-After` seconds.",
     503: "The database did not answer in time (`unavailable`); retry after `Retry-After` seconds. The call "
