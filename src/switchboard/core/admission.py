@@ -449,6 +449,24 @@ async def list_for_human(core: Core, human: HumanCaller) -> list[dict[str, Any]]
     return await status(core, human, idents)
 
 
+QueueKey = tuple[str, str, str]  # (endpoint id, team id, queue), the unused id "": a ready todo's queue
+
+
+async def held_back(core: Core, keys: set[QueueKey]) -> set[QueueKey]:
+    """Those of `keys` whose policy holds claims back now (paused, a limit of 0, the window's budget
+    spent, the in-flight cap reached). The doorbell pushes nothing for them (SPEC-0030) and rings once
+    when they reopen. Unlocked, a hint: a claim is judged by its own statement."""
+    if not keys:
+        return set()
+    ordered = sorted(keys)
+    params = {"endpoint_ids": [e or None for e, _, _ in ordered], "team_ids": [t or None for _, t, _ in ordered],
+              "queues": [q for _, _, q in ordered]}
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.admission.held_back, params)
+        rows = await cur.fetchall()
+    return {(str(r["endpoint_id"] or ""), str(r["team_id"] or ""), r["queue"]) for r in rows}
+
+
 async def status_for_endpoint(core: Core, caller: EndpointCaller, queue: object = None) -> list[dict[str, Any]]:
     """The read-only `admission_status` verb: the policies of the endpoint's queues (or one of them)."""
     if queue is not None:

@@ -34,6 +34,15 @@ async def oldest_pending(core: Core, endpoint_id: UUID | str, queues: Iterable[s
         return await cur.fetchall()
 
 
+async def oldest_in_queue(core: Core, key: tuple[str, str, str]) -> dict[str, Any] | None:
+    """The oldest pending todo of one queue identity `(endpoint id, team id, queue)`, the unused id ""."""
+    endpoint_id, team_id, queue = key
+    sql, params = ((Q.rings.oldest_in_team_queue, {"team_id": team_id, "queue": queue}) if team_id
+                   else (Q.rings.oldest_in_endpoint_queue, {"endpoint_id": endpoint_id, "queue": queue}))
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(sql, params)
+        return await cur.fetchone()
+
 
 async def rering_due(core: Core, endpoint_ids: Iterable[UUID | str], *, team_queues: Iterable[str] = (),
                      intervals: tuple[float, ...] = RERING_INTERVALS, per_endpoint: int = 3) -> list[dict[str, Any]]:

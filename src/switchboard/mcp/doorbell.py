@@ -15,6 +15,13 @@ REQ-16). Pending todos nobody claims are re-rung on a widening interval (`core.r
 tick: the component's `on_tick`), and a session that opens its stream is rung for the oldest pending
 todos in its scope.
 
+Admission control (SPEC-0030): no push for a queue whose policy holds claims back now (paused, a
+limit of 0, the window's budget spent, the in-flight cap reached): its ready todos ring nobody, and
+the queue is remembered. On the sweep tick the queues held back here are judged again, and each one
+that reopened (resumed, a slot freed, the window turned, the policy loosened or cleared) is rung once
+for its oldest pending todo: an endpoint's queue rings that endpoint's sessions here, a team queue
+one session among those that reach it (as a push does; docs/decisions.md D56).
+
 2026-era clients have no session: they open `subscriptions/listen` streams (`listen_streams.py`,
 `McpSurface.listeners`) with the queue URIs as `resourceSubscriptions`, and are rung under the same
 rules (gate, re-queue clearing it, re-rings, a first ring for what is already pending) with
@@ -33,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core import rings, teams
+from ..core import admission, rings, teams
 from ..core.models import Core
 from ..db.listen import ReadyListener
 from ..runtime import Component, Runtime
@@ -107,6 +114,9 @@ class Doorbell:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.welcomed: set[str] = set()  # sessions whose opening ring is done (tests wait on it)
         self.team_rung: dict[str, float] = {}  # when each session or stream last got a team todo's ring
+        # Queues (endpoint id, team id, queue) whose ready todos admission control kept from ringing:
+        # each is rung once when it reopens (`reopen`, on the sweep tick).
+        self.held: set[admission.QueueKey] = set()
 
     # ------------------------------------------------------------------------------- lifecycle
 
@@ -162,12 +172,54 @@ class Doorbell:
                       self._is_local(str(n.get("endpoint_id"))))}
         if not wanted:
             return
-        for todo in await rings.pending_by_ids(self.runtime.core, wanted):
+        for todo in await self._ringable(await rings.pending_by_ids(self.runtime.core, wanted)):
             forced = wanted[todo["id"]].get("reason") == "rering"
             if todo.get("team_id"):
                 await self.ring_team(todo, use_gate=not forced, count=_count(wanted[todo["id"]]))
             else:
                 await self.ring(todo, use_gate=not forced)
+
+    async def _ringable(self, todos: list[dict]) -> list[dict]:
+        """The todos whose queue admission control does not hold back now; the queues of the others
+        are remembered for their reopening ring. A failed read silences nothing."""
+        if not todos:
+            return todos
+        try:
+            held = await admission.held_back(self.runtime.core, {_queue_key(t) for t in todos})
+        except Exception:
+            log.exception("doorbell could not read admission policies; ringing anyway")
+            return todos
+        if not held:
+            return todos
+        if len(self.held) > 10_000:
+            self.held.clear()
+        self.held |= held
+        return [t for t in todos if _queue_key(t) not in held]
+
+    async def reopen(self) -> int:
+        """Ring once each queue held back here that admission control no longer holds back, for its
+        oldest pending todo. Returns how many notifications went out."""
+        if not self.held or not self.runtime.is_open:
+            return 0
+        core = self.runtime.core
+        waiting = set(self.held)
+        opened = waiting - await admission.held_back(core, waiting)
+        self.held -= opened
+        sent = 0
+        for key in sorted(opened):
+            todo = await rings.oldest_in_queue(core, key)
+            if todo is None:
+                continue
+            if todo.get("team_id"):
+                sent += await self.ring_team(todo, use_gate=False)
+            elif self._is_local(str(todo["endpoint_id"])):
+                sent += await self.ring(todo, use_gate=False)
+        return sent
+
+    async def on_tick(self, core: Core | None = None) -> None:
+        """The sweep tick: the re-ring of unclaimed todos, then the queues that reopened."""
+        await self.rering(core)
+        await self.reopen()
 
     def _has_team_queue(self, label: str) -> bool:
         """Whether a session or listen stream here names this team queue (before asking the database
@@ -261,7 +313,8 @@ class Doorbell:
         for stream in self.listeners.all():
             by_endpoint.setdefault(stream.endpoint_id, set()).update(stream.queues)
         for endpoint_id, queues in by_endpoint.items():
-            for todo in await rings.oldest_pending(self.runtime.core, endpoint_id, sorted(queues), RESYNC_PER_ENDPOINT):
+            pending = await rings.oldest_pending(self.runtime.core, endpoint_id, sorted(queues), RESYNC_PER_ENDPOINT)
+            for todo in await self._ringable(pending):
                 await self.ring(todo)
 
     def on_session_added(self, live: LiveSession) -> None:
@@ -280,7 +333,7 @@ class Doorbell:
             return
         try:
             todos = await rings.oldest_pending(self.runtime.core, stream.endpoint_id, stream.queues, WELCOME_LIMIT)
-            for todo in todos:
+            for todo in await self._ringable(todos):
                 await self.ring(todo, use_gate=False, only_streams=[stream])
         except Exception:
             log.exception("doorbell welcome ring failed", extra={"endpoint": stream.caller.slug})
@@ -302,7 +355,7 @@ class Doorbell:
         try:
             todos = await rings.oldest_pending(self.runtime.core, live.endpoint_id, list(live.caller.queues),
                                                WELCOME_LIMIT)
-            for todo in todos:
+            for todo in await self._ringable(todos):
                 await self.ring(todo, use_gate=False, only=[live])
         except Exception:
             log.exception("doorbell welcome ring failed", extra={"endpoint": live.caller.slug})
@@ -324,6 +377,13 @@ class Doorbell:
             await rings.rering_due(core, endpoints, team_queues=team_queues, intervals=self.rering_intervals)
 
 
+def _queue_key(todo: dict) -> admission.QueueKey:
+    """A ready todo's queue identity: its endpoint's queue, or its team's."""
+    if todo.get("team_id"):
+        return ("", str(todo["team_id"]), todo["queue"])
+    return (str(todo["endpoint_id"]), "", todo["queue"])
+
+
 def _count(note: dict) -> int:
     """How many todos a wake-up stands for (a bulk push sends one per queue with their count)."""
     count = note.get("count")
@@ -331,4 +391,4 @@ def _count(note: dict) -> int:
 
 
 def component(bell: Doorbell) -> Component:
-    return Component(name="doorbell", start=bell.start, stop=bell.stop, on_tick=bell.rering)
+    return Component(name="doorbell", start=bell.start, stop=bell.stop, on_tick=bell.on_tick)

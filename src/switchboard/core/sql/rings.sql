@@ -60,3 +60,15 @@ RETURNING x.id, x.ring_attempts,
           pg_notify('switchboard_ready', json_build_object('todo_id', x.id, 'endpoint_id', x.endpoint_id,
                                                            'team_id', x.team_id, 'queue', x.queue,
                                                            'reason', 'rering')::text) AS rang
+
+-- name: oldest_in_endpoint_queue
+-- The oldest pending todo of one endpoint's queue (a queue that reopened after admission held it back).
+SELECT id, endpoint_id, team_id, queue, title, kind, source FROM todos
+ WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = %(queue)s AND state = 'pending'
+ ORDER BY created_at LIMIT 1
+
+-- name: oldest_in_team_queue
+-- The oldest pending todo of one team queue (likewise).
+SELECT id, endpoint_id, team_id, queue, title, kind, source FROM todos
+ WHERE team_id = %(team_id)s::uuid AND queue = %(queue)s AND state = 'pending'
+ ORDER BY created_at LIMIT 1
