@@ -172,29 +172,23 @@ class Doorbell:
                       self._is_local(str(n.get("endpoint_id"))))}
         if not wanted:
             return
-        for todo in await self._ringable(await rings.pending_by_ids(self.runtime.core, wanted)):
+        for todo in self._ringable(await rings.pending_by_ids(self.runtime.core, wanted)):
             forced = wanted[todo["id"]].get("reason") == "rering"
             if todo.get("team_id"):
                 await self.ring_team(todo, use_gate=not forced, count=_count(wanted[todo["id"]]))
             else:
                 await self.ring(todo, use_gate=not forced)
 
-    async def _ringable(self, todos: list[dict]) -> list[dict]:
-        """The todos whose queue admission control does not hold back now; the queues of the others
-        are remembered for their reopening ring. A failed read silences nothing."""
-        if not todos:
-            return todos
-        try:
-            held = await admission.held_back(self.runtime.core, {_queue_key(t) for t in todos})
-        except Exception:
-            log.exception("doorbell could not read admission policies; ringing anyway")
-            return todos
+    def _ringable(self, todos: list[dict]) -> list[dict]:
+        """The todos whose queue admission control does not hold back now (their `held`, read with
+        them); the queues of the others are remembered for their reopening ring."""
+        held = {_queue_key(t) for t in todos if t.get("held")}
         if not held:
             return todos
         if len(self.held) > 10_000:
             self.held.clear()
         self.held |= held
-        return [t for t in todos if _queue_key(t) not in held]
+        return [t for t in todos if not t.get("held")]
 
     async def reopen(self) -> int:
         """Ring once each queue held back here that admission control no longer holds back, for its
@@ -314,7 +308,7 @@ class Doorbell:
             by_endpoint.setdefault(stream.endpoint_id, set()).update(stream.queues)
         for endpoint_id, queues in by_endpoint.items():
             pending = await rings.oldest_pending(self.runtime.core, endpoint_id, sorted(queues), RESYNC_PER_ENDPOINT)
-            for todo in await self._ringable(pending):
+            for todo in self._ringable(pending):
                 await self.ring(todo)
 
     def on_session_added(self, live: LiveSession) -> None:
@@ -333,7 +327,7 @@ class Doorbell:
             return
         try:
             todos = await rings.oldest_pending(self.runtime.core, stream.endpoint_id, stream.queues, WELCOME_LIMIT)
-            for todo in await self._ringable(todos):
+            for todo in self._ringable(todos):
                 await self.ring(todo, use_gate=False, only_streams=[stream])
         except Exception:
             log.exception("doorbell welcome ring failed", extra={"endpoint": stream.caller.slug})
@@ -355,7 +349,7 @@ class Doorbell:
         try:
             todos = await rings.oldest_pending(self.runtime.core, live.endpoint_id, list(live.caller.queues),
                                                WELCOME_LIMIT)
-            for todo in await self._ringable(todos):
+            for todo in self._ringable(todos):
                 await self.ring(todo, use_gate=False, only=[live])
         except Exception:
             log.exception("doorbell welcome ring failed", extra={"endpoint": live.caller.slug})

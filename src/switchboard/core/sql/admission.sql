@@ -206,22 +206,7 @@ SELECT p.queue, p.endpoint_id, p.team_id FROM admission_policies p
 
 -- name: held_back
 -- Which of the queue identities given as parallel arrays (%(endpoint_ids)s or %(team_ids)s, the other
--- null in each entry, and %(queues)s) admission control holds back now, as `status` judges it: paused,
--- a limit of 0, the window's budget spent, or the in-flight cap reached (counted no further than the
--- cap). Unlocked: the doorbell's hint for pushes (no push for a deferred queue), never a claim's verdict.
-SELECT i.endpoint_id, i.team_id, i.queue
-  FROM unnest(%(endpoint_ids)s::uuid[], %(team_ids)s::uuid[], %(queues)s::text[]) AS i(endpoint_id, team_id, queue)
-  JOIN admission_policies p ON p.queue = i.queue AND (p.endpoint_id = i.endpoint_id OR p.team_id = i.team_id)
- CROSS JOIN LATERAL (SELECT switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
-                                                     p.window_weekday, now()) AS ws) w
- WHERE p.paused OR p.max_in_flight = 0 OR p.max_claims_per_window = 0
-    OR (p.max_claims_per_window IS NOT NULL
-        AND switchboard_admission_used(p.id, w.ws) >= p.max_claims_per_window)
-    OR (p.max_in_flight IS NOT NULL AND (
-        SELECT count(*) FROM (SELECT 1 FROM todos t
-                               WHERE t.queue = p.queue
-                                 AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id
-                                           ELSE t.team_id = p.team_id END)
-                                 AND (t.state = 'input-required'
-                                      OR (t.state = 'claimed' AND t.lease_expires_at >= now()))
-                               LIMIT p.max_in_flight) z) >= p.max_in_flight)
+-- null in each entry, and %(queues)s) admission control holds back now (the fragment held_back).
+SELECT t.endpoint_id, t.team_id, t.queue
+  FROM unnest(%(endpoint_ids)s::uuid[], %(team_ids)s::uuid[], %(queues)s::text[]) AS t(endpoint_id, team_id, queue)
+ WHERE {{held_back}}

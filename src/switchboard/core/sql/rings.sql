@@ -1,14 +1,16 @@
 -- The doorbell's reads and its re-ring (SYSTEM.md section 10). Rings never change a todo's state.
 
 -- name: pending_by_ids
--- The todos named by wake-ups that are still waiting to be claimed.
-SELECT id, endpoint_id, team_id, queue, title, kind, source FROM todos
- WHERE id = ANY(%(ids)s::text[]) AND state = 'pending'
+-- The todos named by wake-ups that are still waiting to be claimed, each with whether admission
+-- control holds its queue back now (`held`: no push for it).
+SELECT t.id, t.endpoint_id, t.team_id, t.queue, t.title, t.kind, t.source, {{held_back}} AS held FROM todos t
+ WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'pending'
 
 -- name: oldest_pending
 -- The oldest pending todos of one endpoint over some of its queues, one index probe per queue; the
--- team queues among them count only while the endpoint reaches them (`team_targets`).
-SELECT p.id, p.endpoint_id, p.team_id, p.queue, p.title, p.kind, p.source
+-- team queues among them count only while the endpoint reaches them (`team_targets`). `held`: as in
+-- pending_by_ids.
+SELECT t.id, t.endpoint_id, t.team_id, t.queue, t.title, t.kind, t.source, {{held_back}} AS held
   FROM (SELECT NULL::uuid AS team_id, name FROM unnest(%(queues)s::text[]) AS u(name)
          WHERE name NOT LIKE 'team:%%'
         UNION ALL
@@ -17,8 +19,8 @@ SELECT p.id, p.endpoint_id, p.team_id, p.queue, p.title, p.kind, p.source
                  WHERE ((q.team_id IS NULL AND endpoint_id = %(endpoint_id)s::uuid)
                         OR (q.team_id IS NOT NULL AND team_id = q.team_id))
                    AND queue = q.name AND state = 'pending'
-                 ORDER BY created_at LIMIT %(limit)s) p
- ORDER BY p.created_at
+                 ORDER BY created_at LIMIT %(limit)s) t
+ ORDER BY t.created_at
  LIMIT %(limit)s
 
 
