@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from board_kit import page_for
-from switchboard.core import admission, producer, teams
+from switchboard.core import admission, producer, teams, todos
 from switchboard.web.board import admission_pages, team_pages, todo_pages
 
 
@@ -200,3 +200,22 @@ async def test_an_owner_claim_on_a_paused_queue_is_409_saying_why(board_server, 
         assert "paused" in await r.text()
     row = board_server.sql("SELECT state, attempts_total FROM todos WHERE id = %(i)s", {"i": todo_id})[0]
     assert tuple(row) == ("pending", 0)
+
+
+async def test_a_todo_on_a_held_back_queue_shows_a_chip(board_server, browser):
+    """SPEC-0030: the todo list marks a pending todo whose queue admission control holds back now,
+    and the mark goes with the hold."""
+    slug, owner, admin, member, ep = await _crew(board_server)
+    label = f"team:{slug}/inbox"
+    async with page_for(browser, board_server, member) as page:
+        await page.goto(f"/todos?team={slug}")
+        assert await page.locator("[data-sb-held]").count() == 0
+        await board_server.run(admission.set_paused, owner, label, True)
+        await page.goto(f"/todos?team={slug}")
+        chip = page.locator("[data-sb-held]")
+        assert await chip.count() == 1 and (await chip.inner_text()).strip() == "held back"
+        listed = await board_server.run(todos.list_for_human, member, team=slug)
+        assert [t["held_back"] for t in listed] == [True]
+        await board_server.run(admission.set_paused, owner, label, False)
+        await page.goto(f"/todos?team={slug}")
+        assert await page.locator("[data-sb-held]").count() == 0

@@ -1174,6 +1174,7 @@ async def list_for_human(core: Core, caller: HumanCaller, *, endpoint: str | Non
         item["endpoint"] = r["endpoint_slug"]
         item["team"] = r["team_slug"]
         item["updated_at"] = shapes.ts(r["updated_at"])
+        item["held_back"] = bool(r["held"])
         out.append(item)
     return out
 

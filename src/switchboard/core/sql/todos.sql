@@ -450,7 +450,9 @@ SELECT * FROM (
 
 -- name: list_for_human
 -- The todos of the human's own endpoints and of their teams; %(team)s narrows to one team's (by
--- slug), %(slug)s to one endpoint's.
+-- slug), %(slug)s to one endpoint's. `held`: a pending todo whose queue admission control holds back
+-- now (the fragment held_back), judged for the page's rows only.
+SELECT t.*, (t.state = 'pending' AND {{held_back}}) AS held FROM (
 SELECT todos.*, e.slug AS endpoint_slug, tm.slug AS team_slug FROM todos
   LEFT JOIN endpoints e ON e.id = todos.endpoint_id
   LEFT JOIN agents g ON g.id = e.agent_id
@@ -464,7 +466,8 @@ SELECT todos.*, e.slug AS endpoint_slug, tm.slug AS team_slug FROM todos
    AND (%(state)s::text IS NULL OR todos.state = %(state)s::text)
    AND (NOT %(dead_letter)s OR (todos.state = 'failed' AND todos.next_retry_at IS NULL))
  ORDER BY todos.created_at DESC, todos.id DESC
- LIMIT %(limit)s OFFSET %(offset)s
+ LIMIT %(limit)s OFFSET %(offset)s) t
+ ORDER BY t.created_at DESC, t.id DESC
 
 -- name: counts_for_human
 SELECT todos.state, count(*) AS n,

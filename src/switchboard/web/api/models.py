@@ -118,6 +118,8 @@ class Todo(Reply):
     endpoint: str | None = Field(None, description="The endpoint's slug (null for a team's todo).")
     team: str | None = Field(None, description="The team's slug, for a todo on a team queue.")
     updated_at: str | None = None
+    held_back: bool | None = Field(None, description="Lists: a pending todo whose queue admission control "
+                                                     "holds back now (paused, a limit reached).")
     payload: Json = None
     input_request: Json = None
     input: Json = None
