@@ -13,6 +13,7 @@ import json
 import pytest
 
 from conftest import make_settings, start_thread_server
+from core_world import sql
 from mcp_support import push, vend
 from switchboard.core import admission, producer, teams
 from test_doorbell import bell, quiet_for, ringing, stream_open
@@ -105,3 +106,25 @@ async def test_a_paused_team_queue_rings_one_session_when_resumed(core, server):
 async def _until(probe) -> None:
     while not probe():
         await asyncio.sleep(0.02)
+
+
+async def test_a_held_back_todo_spends_no_re_ring(core, server):
+    """The re-ring on the sweep tick passes over a todo whose queue is held back: its ring would reach
+    nobody, and it keeps its five re-rings for after the queue reopens."""
+    a = await vend(core, queues=["nightly"])
+    await admission.set_paused(core, a.human, "nightly", True, endpoint=a.slug)
+    b = bell(server)
+    async with ringing(server.url, a) as (_, inbox):
+        await stream_open(server, inbox)
+        held = await push(core, a, "paused work")
+        b.rering_intervals = (0.0,)
+        try:
+            await tick(server)
+            await quiet_for(0.3)
+            assert await sql(core, "SELECT ring_attempts FROM todos WHERE id = %s", (held["id"],)) == [
+                {"ring_attempts": 0}]
+            await admission.set_paused(core, a.human, "nightly", False, endpoint=a.slug)
+            await tick(server)  # the reopening ring; the re-ring counts the todo from now on
+            await inbox.wait(lambda: inbox.rings_for(held["id"]))
+        finally:
+            b.rering_intervals = (300.0, 1200.0, 3600.0, 21600.0)

@@ -29,7 +29,9 @@ SELECT t.id, t.endpoint_id, t.team_id, t.queue, t.title, t.kind, t.source, {{hel
 -- intervals[min(k, n)] seconds after the last ring (or after the todo became pending), at most 5
 -- re-rings, at most `per_endpoint` per endpoint (or per team queue among %(team_queues)s, the labels
 -- the process's sessions name) per tick. The ring is counted in this statement and the wake-up
--- leaves at its commit, so every process rings its own sessions (a team todo's, one of them).
+-- leaves at its commit, so every process rings its own sessions (a team todo's, one of them). A todo
+-- whose queue admission control holds back is not due: its ring would reach nobody (D56), and its
+-- queue is rung when it reopens.
 WITH due AS (
     SELECT id FROM (
         SELECT t.id, row_number() OVER (PARTITION BY t.endpoint_id, CASE WHEN t.endpoint_id IS NULL THEN t.queue END
@@ -42,6 +44,7 @@ WITH due AS (
            AND coalesce(t.last_ringed_at, t.updated_at)
                <= now() - make_interval(secs => (%(intervals)s::float8[])[
                       least(t.ring_attempts + 1, cardinality(%(intervals)s::float8[]))])
+           AND NOT {{held_back}}
     ) ranked
      WHERE rn <= %(per_endpoint)s
 ), locked AS (
