@@ -17,7 +17,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from psycopg import AsyncRawCursor
+from ..db.pool import DeadlineRawCursor
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection, AsyncCursor
@@ -162,7 +162,7 @@ async def execute(conn: AsyncConnection[DictRow], sql: str, params: Mapping[str,
     """`conn.execute(sql, params)`, except that a NativeStatement goes through a raw cursor with its
     parameters in order: the same statement and values, without psycopg parsing it on every call."""
     if isinstance(sql, NativeStatement):
-        cur: AsyncCursor[DictRow] = AsyncRawCursor(conn)
+        cur: AsyncCursor[DictRow] = DeadlineRawCursor(conn)
         return await cur.execute(sql.native, [params[name] for name in sql.names])
     return await conn.execute(sql, params)
 

@@ -42,8 +42,9 @@ class DatabaseTimeout(psycopg.OperationalError):
 _TIMED_OUT = (errors.QueryCanceled, errors.LockNotAvailable)
 
 
-class DeadlineCursor(psycopg.AsyncCursor):
-    """Reports PostgreSQL's statement and lock timeouts as `DatabaseTimeout`."""
+class _Reports(psycopg.AsyncCursor[Any]):
+    """Reports PostgreSQL's statement and lock timeouts as `DatabaseTimeout` (or the connection's
+    `timeout_error`), and a refused endpoint (SQLSTATE 28000) as the connection's `refused_error`."""
 
     async def execute(self, *args, **kwargs):
         try:
@@ -56,6 +57,15 @@ class DeadlineCursor(psycopg.AsyncCursor):
             if refused is None:
                 raise
             raise refused() from exc
+
+
+class DeadlineCursor(_Reports):
+    """The pool's cursor."""
+
+
+class DeadlineRawCursor(_Reports, psycopg.AsyncRawCursor[Any]):
+    """The same reports for a statement run in PostgreSQL's own `$n` form (core/queries.py,
+    NativeStatement): without them a revoked endpoint's claim raised psycopg's error, not `unauthorized`."""
 
 
 class DeadlineConnection(psycopg.AsyncConnection):
