@@ -63,10 +63,6 @@ class Refused(Exception):
     reports why."""
 
 
-def _iso(value: datetime | None) -> str | None:
-    return shapes.ts(value)  # as a todo's times: RFC 3339 in UTC, `Z`
-
-
 @dataclass
 class Verdicts:
     """What `verdicts` said about the caller's policed queues, inside the claim's transaction."""
@@ -83,7 +79,7 @@ class Verdicts:
     def deferred(self) -> list[dict[str, Any]]:
         """The refusals to report: never about a team queue the endpoint does not reach now."""
         return [{"queue": r["queue"], "reason": r["verdict"], "pending": r["pending"],
-                 "next_eligible_at": _iso(r["next_eligible_at"])}
+                 "next_eligible_at": shapes.ts(r["next_eligible_at"])}
                 for r in self.rows.values() if r["verdict"] != "admitted" and r.get("reached", True)]
 
     def usage_after(self, queue: str, claimed: int) -> dict[str, Any] | None:
@@ -96,7 +92,7 @@ class Verdicts:
         return {"max_in_flight": r["max_in_flight"], "in_flight": r["in_flight"] + claimed,
                 "max_claims_per_window": limit, "used": used,
                 "remaining": None if limit is None else max(limit - used, 0),
-                "window_resets_at": _iso(r["window_resets"])}
+                "window_resets_at": shapes.ts(r["window_resets"])}
 
     def charges(self, claimed_per_queue: dict[str, int]) -> dict[str, list[Any]]:
         """The `charge` statement's parameters: each policy's units on the shard the verdict holds (the
@@ -416,7 +412,7 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
         "remaining": None if limit is None else max(limit - used, 0),
         "window": {"period": row["window_period"], "tz": row["window_tz"],
                    "start": f"{minute // 60:02d}:{minute % 60:02d}", "weekday": weekday},
-        "window_resets_at": _iso(row["resets"]), "paused": bool(row["paused"]), "status": status_,
+        "window_resets_at": shapes.ts(row["resets"]), "paused": bool(row["paused"]), "status": status_,
         "pending": row["pending"],
     }
 

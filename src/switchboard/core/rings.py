@@ -34,13 +34,10 @@ async def oldest_pending(core: Core, endpoint_id: UUID | str, queues: Iterable[s
         return await cur.fetchall()
 
 
-async def oldest_in_queue(core: Core, key: tuple[str, str, str]) -> dict[str, Any] | None:
-    """The oldest pending todo of one queue identity `(endpoint id, team id, queue)`, the unused id ""."""
-    endpoint_id, team_id, queue = key
-    sql, params = ((Q.rings.oldest_in_team_queue, {"team_id": team_id, "queue": queue}) if team_id
-                   else (Q.rings.oldest_in_endpoint_queue, {"endpoint_id": endpoint_id, "queue": queue}))
+async def oldest_in_team_queue(core: Core, team_id: UUID | str, queue: str) -> dict[str, Any] | None:
+    """The oldest pending todo of one team queue, whichever endpoint reaches it."""
     async with core.pool.connection() as conn:
-        cur = await conn.execute(sql, params)
+        cur = await conn.execute(Q.rings.oldest_in_team_queue, {"team_id": team_id, "queue": queue})
         return await cur.fetchone()
 
 

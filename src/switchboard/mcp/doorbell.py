@@ -200,14 +200,14 @@ class Doorbell:
         opened = waiting - await admission.held_back(core, waiting)
         self.held -= opened
         sent = 0
-        for key in sorted(opened):
-            todo = await rings.oldest_in_queue(core, key)
-            if todo is None:
-                continue
-            if todo.get("team_id"):
-                sent += await self.ring_team(todo, use_gate=False)
-            elif self._is_local(str(todo["endpoint_id"])):
-                sent += await self.ring(todo, use_gate=False)
+        for endpoint_id, team_id, queue in sorted(opened):
+            if team_id:
+                todo = await rings.oldest_in_team_queue(core, team_id, queue)
+                if todo is not None:
+                    sent += await self.ring_team(todo, use_gate=False)
+            elif self._is_local(endpoint_id):
+                for todo in await rings.oldest_pending(core, endpoint_id, [queue], 1):
+                    sent += await self.ring(todo, use_gate=False)
         return sent
 
     async def on_tick(self, core: Core | None = None) -> None:

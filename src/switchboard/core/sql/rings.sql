@@ -66,14 +66,9 @@ RETURNING x.id, x.ring_attempts,
                                                            'team_id', x.team_id, 'queue', x.queue,
                                                            'reason', 'rering')::text) AS rang
 
--- name: oldest_in_endpoint_queue
--- The oldest pending todo of one endpoint's queue (a queue that reopened after admission held it back).
-SELECT id, endpoint_id, team_id, queue, title, kind, source FROM todos
- WHERE endpoint_id = %(endpoint_id)s::uuid AND queue = %(queue)s AND state = 'pending'
- ORDER BY created_at LIMIT 1
-
 -- name: oldest_in_team_queue
--- The oldest pending todo of one team queue (likewise).
+-- The oldest pending todo of one team queue (a queue that reopened after admission held it back; an
+-- endpoint's own queue is read with oldest_pending).
 SELECT id, endpoint_id, team_id, queue, title, kind, source FROM todos
  WHERE team_id = %(team_id)s::uuid AND queue = %(queue)s AND state = 'pending'
  ORDER BY created_at LIMIT 1
