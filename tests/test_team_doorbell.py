@@ -112,6 +112,24 @@ async def test_a_team_todo_nobody_claims_is_rung_again_by_the_sweep(core, server
     assert got["ring_attempts"] == 1
 
 
+async def test_a_team_ring_goes_to_a_session_that_listens(core, server):  # noqa: F811
+    """A session that neither subscribed to the queue nor declared the channel hears no push, so it
+    never takes a team todo's one ring: every todo rings the session that listens."""
+    from team_world import make_fleet
+
+    fleet = await make_fleet(core, members=2, endpoints=2)
+    deaf_agent = _Agent(fleet.credentials[0], fleet.ep_slugs[0])
+    listener_agent = _Agent(fleet.credentials[1], fleet.ep_slugs[1])
+    async with ringing(server.url, deaf_agent, channel=False) as (_, deaf), \
+            ringing(server.url, listener_agent) as (_, listener):
+        await stream_open(server, listener)
+        await asyncio.wait_for(_until(lambda: deaf.session_id in bell(server).welcomed), 10)
+        pushed = [await fleet.push(f"job {n}") for n in range(4)]
+        for todo in pushed:
+            await asyncio.wait_for(_until(lambda t=todo: listener.rings_for(t["id"])), 10)
+        assert not deaf.channel and not deaf.updated
+
+
 class _Agent:
     """What `ringing` needs of a vended agent: its credential and its MCP URL."""
 

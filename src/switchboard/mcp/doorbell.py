@@ -223,7 +223,8 @@ class Doorbell:
 
     async def ring_team(self, todo: dict, *, use_gate: bool = True, count: int = 1) -> int:
         """A ready team todo rings ONE session or listen stream here: among those of endpoints that
-        reach its queue now (granted, their human a member), the one rung least recently (issue 13;
+        reach its queue now (granted, their human a member) and that would hear it (a listen stream, or
+        a session subscribed to the queue or with the channel), the one rung least recently (issue 13;
         docs/decisions.md D35). The gate and the re-queue rules are per todo, as for any todo. A
         wake-up for `count` todos pushed by one statement (a bulk push names its first todo) rings
         up to `count` of them, least recently rung first: one per todo, as if each had rung."""
@@ -233,7 +234,11 @@ class Doorbell:
             return 0
         reach = set(await teams.ring_candidates(self.runtime.core, todo["team_id"], todo["queue"]))
         label = todo["queue"]
-        sessions = [live for e in reach for live in self.sessions.for_endpoint(e) if label in live.caller.queues]
+        uri = queue_uri(label)
+        # Only a session that would hear the ring takes the turn: one that neither subscribed nor
+        # declared the channel would swallow the team's one ring and wake nobody.
+        sessions = [live for e in reach for live in self.sessions.for_endpoint(e)
+                    if label in live.caller.queues and live.hears(uri)]
         streams = [st for e in reach for st in self.listeners.for_endpoint(e) if label in st.queues]
         choices: list[tuple[float, str, LiveSession | ListenStream]] = (
             [(self.team_rung.get(live.session_id, 0.0), live.session_id, live) for live in sessions]

@@ -28,6 +28,11 @@ class LiveSession:
     def __post_init__(self) -> None:
         self.endpoint_id = str(self.caller.endpoint_id)
 
+    def hears(self, uri: str) -> bool:
+        """Whether a ring for the queue resource `uri` reaches this session: it subscribed to the
+        resource or declared the channel capability. A session with neither is never sent a push."""
+        return self.channel or uri in self.subscriptions
+
 
 Callback = Callable[[LiveSession], Awaitable[None] | None]
 
