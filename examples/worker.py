@@ -18,7 +18,8 @@ report it as the artifact). Exit 0 completes the todo; anything else fails it. T
 output become the attempt's summary.
 
 The worker exits 0 when stopped or idle (--once, --exit-when-idle), 2 when the URL or credential is
-missing, and 3 when the server refuses the credential or cannot be reached (one line on stderr).
+missing, and 3 when the server refuses the credential, cannot be reached, or vended the endpoint
+without a verb the loop calls (one line on stderr).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
 
 QUEUE_PREFIX = "switchboard://queues/"
+VERBS = ("claim_next", "heartbeat", "complete", "fail", "release")  # what the worker's loop calls
 
 
 def say(*parts: object) -> None:
@@ -79,7 +81,14 @@ class Worker:
             if str(resource.uri).startswith(QUEUE_PREFIX):
                 await self.client.subscribe_resource(str(resource.uri))
 
-    async def run(self) -> None:
+    async def run(self) -> int:
+        """Work until stopped or idle: 0. An endpoint whose scope lacks a verb the loop needs: 3 at once,
+        before anything is claimed (its claims could never be reported; endpoints' verbs are fixed)."""
+        offered = {tool.name for tool in (await self.client.list_tools()).tools}
+        missing = [verb for verb in VERBS if verb not in offered]
+        if missing:
+            say(f"this endpoint's scope lacks {', '.join(missing)}: vend one with the verbs {', '.join(VERBS)}")
+            return 3
         await self.subscribe()
         say(f"ready as {self.claimant}")
         idle_since = asyncio.get_running_loop().time()
@@ -92,8 +101,13 @@ class Worker:
                 got = await self.call("claim_next", require_fence=True, claimant=self.claimant,
                                       lease_ttl_seconds=self.args.lease, **batch)
                 if "error" in got and done and got["error"].get("argument") == "complete":
-                    say("complete refused:", got["error"]["message"], "(retrying without artifacts)")
-                    done = [{k: v for k, v in i.items() if k != "artifact"} for i in done]
+                    if got["error"]["code"] == "invalid" and any("artifact" in i for i in done):
+                        say("complete refused:", got["error"]["message"], "(retrying without artifacts)")
+                        done = [{k: v for k, v in i.items() if k != "artifact"} for i in done]
+                        continue
+                    say("complete refused:", got["error"]["code"], got["error"]["message"],
+                        f"({len(done)} finished todos left to their leases)")
+                    done = []
                     continue
                 if "error" in got:
                     say("claim_next refused:", got["error"]["code"], got["error"]["message"])
@@ -105,7 +119,7 @@ class Worker:
                     idle = asyncio.get_running_loop().time() - idle_since
                     if self.args.exit_when_idle is not None and idle >= self.args.exit_when_idle:
                         say("nothing left to do")
-                        return
+                        break
                     await self.pause(self.args.poll)
                     continue
                 if batch:
@@ -114,11 +128,14 @@ class Worker:
                     await self.work_on(got)
                 idle_since = asyncio.get_running_loop().time()
                 if self.args.once:
-                    return
+                    break
         finally:
             if done:  # stopping: report what is finished without claiming more
                 got = await self.call("complete", items=done)
                 self.reported("complete", got.get("results", []))
+                if "error" in got:
+                    say("complete refused:", got["error"]["code"], got["error"]["message"])
+        return 0
 
     def reported(self, verb: str, results: list[dict]) -> None:
         for r in results:
@@ -285,7 +302,7 @@ async def main(args: argparse.Namespace) -> int:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, worker.stop.set)
-            await worker.run()
+            status = await worker.run()
     except Exception as exc:  # the SDK reports a refused connection as a nested exception group
         if worker is None and refused:
             say("unauthorized: check SWITCHBOARD_CREDENTIAL and the endpoint slug")
@@ -295,7 +312,7 @@ async def main(args: argparse.Namespace) -> int:
             say(f"cannot reach {args.url}: {unreachable}")
             return 3
         raise
-    return 0
+    return status
 
 
 def leaves(exc: BaseException) -> list[BaseException]:

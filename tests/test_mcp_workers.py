@@ -118,3 +118,16 @@ async def test_ctrl_c_releases_the_lease(core, server):
     [att] = await rows(core, "SELECT outcome, summary FROM todo_attempts WHERE todo_id = %s", t["id"])
     assert (att["outcome"], att["summary"]) == ("released", "worker stopping")
     await eventually(lambda: "released" in w.output)
+
+
+@pytest.mark.parametrize("batch", ["1", "3"])
+async def test_a_worker_whose_endpoint_cannot_complete_stops_before_claiming(core, server, batch):
+    """An endpoint vended without `complete` could claim but never report: the worker says which verbs
+    its scope lacks and exits 3 before it claims anything (verbs are fixed for an endpoint's life)."""
+    a = await vend(core, verbs=["claim_next", "heartbeat", "fail", "release"])
+    t = await push(core, a, "never claimed")
+    w = WorkerProcess(a.url(server.url), a.credential, "--batch", batch, "--exit-when-idle", "5")
+    assert w.wait(30) == 3, w.output
+    assert "scope lacks complete" in w.output and w.output.count("\n") <= 2, w.output
+    [row] = await rows(core, "SELECT state, attempts_total FROM todos WHERE id = %s", t["id"])
+    assert (row["state"], row["attempts_total"]) == ("pending", 0)
