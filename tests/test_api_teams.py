@@ -265,6 +265,23 @@ async def test_bad_input_is_invalid_naming_the_field(core, server):
     ro.refused("DELETE", f"/teams/{team}", status=403, code="forbidden")
 
 
+async def test_a_batch_push_refuses_the_idempotency_header_and_pushes_nothing(core, server):
+    """A batch's keys are per item; one header cannot name them, so it is refused, not ignored (a
+    retried batch would otherwise push every todo again)."""
+    alice = (await people(core, server.url, "alice"))["alice"]
+    team = slug()
+    alice.ok("POST", "/teams", {"slug": team}, status=201)
+    vended = alice.ok("POST", "/endpoints", {"agent": "batcher", "queues": ["inbox"]}, status=201)
+    batch = {"todos": [{"title": "one"}, {"title": "two"}]}
+    for path, body in ((f"/endpoints/{vended['slug']}/todos:batch", batch),
+                       (f"/teams/{team}/todos:batch", {"todos": [{"title": "one", "queue": "q"}]})):
+        for _ in range(2):
+            alice.refused("POST", path, body, status=400, code="invalid", argument="Idempotency-Key",
+                          headers={"Idempotency-Key": "nightly-1"})
+    assert alice.ok("GET", "/todos")["todos"] == []
+    assert alice.ok("POST", f"/endpoints/{vended['slug']}/todos:batch", batch, status=201)["created"] == 2
+
+
 async def test_the_document_lists_the_team_routes(core, server):
     document = httpx.get(server.url + "/api/v1/openapi.json").json()
     for path, methods in (("/api/v1/teams", {"get", "post"}), ("/api/v1/teams/{team}", {"get", "delete"}),

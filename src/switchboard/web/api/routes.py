@@ -174,7 +174,16 @@ async def push_todo(call: Call) -> Response:
     return json_reply({"todo": todo, "created": created}, 201 if created else 200)
 
 
+def _no_batch_key_header(call: Call) -> None:
+    """A batch's keys are per todo (each item's `key`): one header cannot name them, so it is refused
+    rather than ignored (ignored, a retried batch would push every todo again)."""
+    if IDEMPOTENCY_HEADER.lower() in call.request.headers:
+        raise Invalid(f"a batch takes no {IDEMPOTENCY_HEADER} header; give each todo its own key",
+                      argument=IDEMPOTENCY_HEADER)
+
+
 async def push_todos(call: Call) -> Response:
+    _no_batch_key_header(call)
     body = call.body
     assert isinstance(body, m.PushManyRequest)
     items = [item.model_dump(exclude_unset=True) for item in body.todos]
@@ -305,6 +314,7 @@ async def ungrant_queue(call: Call) -> Response:
 
 
 async def push_team_todos(call: Call) -> Response:
+    _no_batch_key_header(call)
     body = call.body
     assert isinstance(body, m.TeamPushManyRequest)
     items = [item.model_dump(exclude_unset=True) for item in body.todos]
