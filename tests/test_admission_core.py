@@ -10,7 +10,7 @@ import pytest
 
 from core_world import lapse, make_world, sql
 from switchboard.core import admission, todos
-from switchboard.core.errors import CoreError, Deferred, Invalid
+from switchboard.core.errors import CoreError, Deferred, Invalid, Unavailable
 from switchboard.web.metrics import Metrics
 
 
@@ -119,6 +119,30 @@ async def test_in_flight_cap_and_pause(core):
     assert (await todos.claim_next(core, w.e1)) is not None
     await admission.clear(core, w.h1, "inbox", endpoint=w.slug1)
     assert await sql(core, "SELECT 1 FROM admission_policies") == []
+
+
+async def test_a_policy_that_cannot_be_read_fails_closed(core):
+    """A policy PostgreSQL cannot judge (here its time zone is unknown to it, as after a time zone
+    database lost a name) refuses every claim on its queue, claims nothing and charges nothing; the
+    read of its status says it cannot be read."""
+    w = await make_world(core)
+    t = await w.todo()
+    await admission.set_policy(core, w.h1, "inbox", endpoint=w.slug1, max_in_flight=5)
+    await sql(core, "UPDATE admission_policies SET window_tz = 'Nowhere/Lost'")
+    for attempt in (lambda: todos.take_next(core, w.e1), lambda: todos.claim_next(core, w.e1),
+                    lambda: todos.claim(core, w.e1, t["id"])):
+        with pytest.raises(Deferred) as err:
+            await attempt()
+        assert err.value.to_dict()["reason"] == "admission_unavailable" and err.value.to_dict()["queue"] == "inbox"
+    row = (await sql(core, "SELECT state, attempts_total FROM todos WHERE id = %s", (t["id"],)))[0]
+    assert (row["state"], row["attempts_total"]) == ("pending", 0)
+    assert await sql(core, "SELECT 1 FROM admission_shards WHERE charged > 0") == []
+    with pytest.raises(Unavailable) as err:
+        await admission.status(core, None, [admission.Identity(queue="inbox", endpoint_id=w.e1.endpoint_id,
+                                                               team_id=None)])
+    assert err.value.argument == "queue"
+    with pytest.raises(Unavailable):
+        await admission.status_for_endpoint(core, w.e1)
 
 
 async def test_a_policy_holds_even_where_a_process_believed_none(core):

@@ -46,13 +46,14 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from . import inputs, queries, shapes
-from .errors import Deferred, Forbidden, Invalid, NotFound
+from .errors import Deferred, Forbidden, Invalid, NotFound, Unavailable
 from .models import Core, EndpointCaller, HumanCaller
 from .queries import Q
 
 PERIODS = ("hour", "day", "week")
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-REASONS = ("window_exhausted", "in_flight_full", "paused", "admission_unavailable")
+HELD_REASONS = ("window_exhausted", "in_flight_full", "paused")  # a deferral entry: the policy holds it back
+REASONS = (*HELD_REASONS, "admission_unavailable")  # and the error `deferred`: no policy could be read
 MAX_IN_FLIGHT_MAX = 10_000
 MAX_CLAIMS_MAX = 1_000_000
 REFUSED_SQLSTATE = "SBA01"  # `admit`: the policy does not admit the claim now (migration 0020)
@@ -423,11 +424,22 @@ async def status(core: Core, human: HumanCaller | None, idents: list[Identity]) 
     params = {"queues": [i.queue for i in idents],
               "endpoint_ids": [i.endpoint_id for i in idents if i.endpoint_id is not None],
               "team_ids": [i.team_id for i in idents if i.team_id is not None]}
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.admission.status, params)
-        rows = await cur.fetchall()
+    rows = await _status_rows(core, params)
     wanted = {(i.queue, i.endpoint_id, i.team_id) for i in idents}
     return [public(r) for r in rows if (r["queue"], r["endpoint_id"], r["team_id"]) in wanted]
+
+
+async def _status_rows(core: Core, params: dict[str, Any]) -> list[DictRow]:
+    """The `status` statement's rows. A policy PostgreSQL cannot judge (its time zone unknown, as after
+    a time zone database lost a name) fails the read as `unavailable`, where its claims fail closed as
+    `deferred` / `admission_unavailable`."""
+    async with core.pool.connection() as conn:
+        try:
+            cur = await conn.execute(Q.admission.status, params)
+            return await cur.fetchall()
+        except psycopg.DatabaseError as exc:
+            raise Unavailable("the admission policies of these queues cannot be read now; their claims are "
+                              "deferred (admission_unavailable)", argument="queue") from exc
 
 
 async def show(core: Core, human: HumanCaller, queue: object, *, endpoint: object = None) -> dict[str, Any]:
@@ -480,11 +492,8 @@ async def status_for_endpoint(core: Core, caller: EndpointCaller, queue: object 
                                                              "team_queues": team_labels})
             team_ids = [r["team_id"] for r in await cur.fetchall()]
     params = {"queues": queues, "endpoint_ids": [caller.endpoint_id], "team_ids": team_ids}
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.admission.status, params)
-        rows = await cur.fetchall()
     out = []
-    for r in rows:
+    for r in await _status_rows(core, params):
         item = public(r)
         item.pop("endpoint", None)
         out.append(item)

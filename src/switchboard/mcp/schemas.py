@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..core import admission
 from ..core import inputs as limits
 from ..core.errors import Invalid
 from ..core.states import TODO_STATES, AttemptOutcome, Disposition
@@ -337,8 +338,6 @@ _CLAIM_PROPS = {
                                 "release. Returned once; keep it out of logs."),
 }
 
-DEFER_REASONS = ("window_exhausted", "in_flight_full", "paused", "admission_unavailable")
-
 DEFERRED = {
     "type": "array",
     "description": "Only when empty: the queues admission control held back, and why. Claim again after "
@@ -346,7 +345,7 @@ DEFERRED = {
     "items": {"type": "object", "properties": {
         "queue": _t("string", "The deferred queue."),
         "reason": _t("string", "Why: paused, the window's claim budget spent, or its in-flight cap full.",
-                     enum=list(DEFER_REASONS)),
+                     enum=list(admission.HELD_REASONS)),
         "pending": _t(["integer", "null"], "Todos waiting on it."),
         "next_eligible_at": _t(["string", "null"], f"When it may admit again ({TIMESTAMP_NOTE}); null when "
                                                    "unknown (paused)."),
@@ -474,7 +473,7 @@ ERROR_BODY = {
                 "message": _t("string", "What was wrong, for people; never carries an id, token or summary."),
                 "argument": _t("string", "The argument that was wrong (code invalid only)."),
                 "queue": _t("string", "Code deferred only: the queue admission control holds back."),
-                "reason": _t("string", "Code deferred only: why.", enum=list(DEFER_REASONS)),
+                "reason": _t("string", "Code deferred only: why.", enum=list(admission.REASONS)),
                 "pending": _t(["integer", "null"], "Code deferred only: the queue's todos waiting; null when "
                                                   "unknown."),
                 "next_eligible_at": _t(["string", "null"], "Code deferred only: when the queue may admit again "
