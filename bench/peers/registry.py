@@ -36,6 +36,7 @@ for _make in (
     lambda: PgQueuer("asyncpg", None),
     lambda: PgQueuer("asyncpg", 100),
     lambda: PgQueuer("psycopg", None),
+    lambda: PgQueuer("psycopg", 100),
     Oban,
     Procrastinate,
     SwitchboardCore,
