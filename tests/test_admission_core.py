@@ -145,6 +145,25 @@ async def test_a_policy_that_cannot_be_read_fails_closed(core):
         await admission.status_for_endpoint(core, w.e1)
 
 
+async def test_the_invariant_checker_counts_every_lease_a_claim_under_the_cap_saw(core):
+    """Leases handed out before a tighter cap may exceed it; a claim committed under the cap may not
+    bring the leases in flight above it, older ones included."""
+    from core_world import check
+
+    w = await make_world(core)
+    for _ in range(3):
+        await w.todo()
+    held = [await todos.claim_next(core, w.e1) for _ in range(3)]
+    await admission.set_policy(core, w.h1, "inbox", endpoint=w.slug1, max_in_flight=2)
+    assert await check(core) == []  # three out, handed out before the cap of two: allowed
+    # As if the cap had stood when the third was claimed: that claim saw three in flight.
+    await sql(core, "UPDATE admission_policies SET updated_at = (SELECT claimed_at FROM todo_attempts "
+                    "WHERE todo_id = %s)", (held[2].todo["id"],))
+    assert any("max_in_flight" in p for p in await check(core))
+    await todos.complete(core, w.e1, held[0].todo["id"])
+    assert await check(core) == []
+
+
 async def test_a_policy_holds_even_where_a_process_believed_none(core):
     """The unpoliced statements skip a policed queue in SQL: a process whose routing hint says "no
     policy" still cannot claim past it."""

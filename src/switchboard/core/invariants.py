@@ -139,14 +139,22 @@ CHECKS = {
                         SELECT 1 FROM team_members m
                          WHERE m.team_id = t.team_id AND t.owner = 'op:' || m.human_id::text)
                END""",
+    # A claim committed under the policy as it stands found at most max_in_flight leases in flight with
+    # it. A lease in flight now was in flight ever since it was claimed (or since the policy last changed:
+    # a lapsed lease on a capped queue is not revived), so the latest such claim, L, saw at least every
+    # lease in flight now that was claimed no later than L (one claimed as late, one of its batch). Leases
+    # handed out before a tighter policy may exceed the cap; they are counted only behind such a claim.
     "more leases in flight than the admission policy's max_in_flight": f"""
         SELECT p.id FROM admission_policies p
-         WHERE p.max_in_flight IS NOT NULL AND p.max_in_flight < (
-               SELECT count(*) FROM todos t
+         CROSS JOIN LATERAL (
+               SELECT array_agg(a.claimed_at) AS at FROM todos t
                  JOIN todo_attempts a ON a.todo_id = t.id AND a.seq = t.attempts_total AND a.ended_at IS NULL
                 WHERE {_POLICY_TODO}
                   AND (t.state = '{S.INPUT_REQUIRED}' OR (t.state = '{S.CLAIMED}' AND t.lease_expires_at >= now()))
-                  AND a.claimed_at >= p.updated_at)""",
+               ) live
+         WHERE p.max_in_flight IS NOT NULL AND p.max_in_flight < (
+               SELECT count(*) FROM unnest(live.at) c
+                WHERE c <= (SELECT max(d) FROM unnest(live.at) d WHERE d >= p.updated_at))""",
     "units charged in the current window differ from the claims committed in it": f"""
         SELECT p.id FROM admission_policies p
          CROSS JOIN LATERAL (SELECT switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
