@@ -399,11 +399,6 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
     """A policy with its usage now, as people and agents read it."""
     used = row["used"]  # the current window's charges over the policy's shards
     limit = row["max_claims_per_window"]
-    paused = bool(row["paused"]) or row["max_in_flight"] == 0 or limit == 0
-    status_ = ("paused" if paused
-               else "window_exhausted" if limit is not None and used >= limit
-               else "in_flight_full" if row["max_in_flight"] is not None and row["in_flight"] >= row["max_in_flight"]
-               else "open")
     weekday = WEEKDAYS[row["window_weekday"] - 1] if row["window_weekday"] else None
     minute = row["window_start_minute"]
     return {
@@ -413,7 +408,7 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
         "remaining": None if limit is None else max(limit - used, 0),
         "window": {"period": row["window_period"], "tz": row["window_tz"],
                    "start": f"{minute // 60:02d}:{minute % 60:02d}", "weekday": weekday},
-        "window_resets_at": shapes.ts(row["resets"]), "paused": bool(row["paused"]), "status": status_,
+        "window_resets_at": shapes.ts(row["resets"]), "paused": bool(row["paused"]), "status": row["status"],
         "pending": row["pending"],
     }
 

@@ -175,26 +175,31 @@ RETURNING id
 
 -- name: status
 -- The policies and usage of the given queue identities, unlocked (a read for people and agents):
--- `used` is the current window's charges summed over the policy's shards.
-SELECT p.*, w.ws, switchboard_window_end(p.window_period, p.window_tz, w.ws) AS resets,
-       switchboard_admission_used(p.id, w.ws) AS used,
-       (SELECT count(*)::int FROM todos t
-         WHERE t.queue = p.queue
-           AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id ELSE t.team_id = p.team_id END)
-           AND (t.state = 'input-required' OR (t.state = 'claimed' AND t.lease_expires_at >= now())))
-           AS in_flight,
-       (SELECT count(*)::int FROM (SELECT 1 FROM todos t
-         WHERE t.queue = p.queue
-           AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id ELSE t.team_id = p.team_id END)
-           AND t.state = 'pending' LIMIT 100000) z) AS pending,
-       e.slug AS endpoint_slug
-  FROM admission_policies p
- CROSS JOIN LATERAL (SELECT switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
-                                                     p.window_weekday, now()) AS ws) w
-  LEFT JOIN endpoints e ON e.id = p.endpoint_id
- WHERE p.queue = ANY(%(queues)s::text[])
-   AND (p.endpoint_id = ANY(%(endpoint_ids)s::uuid[]) OR p.team_id = ANY(%(team_ids)s::uuid[]))
- ORDER BY p.queue, e.slug
+-- `used` is the current window's charges summed over the policy's shards; `status` is the policy's
+-- state now (`switchboard_admission_state`, migration 0029), the same judgement as the doorbell's.
+SELECT s.*, switchboard_admission_state(s.paused, s.max_in_flight, s.max_claims_per_window, s.used, s.in_flight)
+           AS status
+  FROM (
+    SELECT p.*, w.ws, switchboard_window_end(p.window_period, p.window_tz, w.ws) AS resets,
+           switchboard_admission_used(p.id, w.ws) AS used,
+           (SELECT count(*)::int FROM todos t
+             WHERE t.queue = p.queue
+               AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id ELSE t.team_id = p.team_id END)
+               AND (t.state = 'input-required' OR (t.state = 'claimed' AND t.lease_expires_at >= now())))
+               AS in_flight,
+           (SELECT count(*)::int FROM (SELECT 1 FROM todos t
+             WHERE t.queue = p.queue
+               AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id ELSE t.team_id = p.team_id END)
+               AND t.state = 'pending' LIMIT 100000) z) AS pending,
+           e.slug AS endpoint_slug
+      FROM admission_policies p
+     CROSS JOIN LATERAL (SELECT switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
+                                                         p.window_weekday, now()) AS ws) w
+      LEFT JOIN endpoints e ON e.id = p.endpoint_id
+     WHERE p.queue = ANY(%(queues)s::text[])
+       AND (p.endpoint_id = ANY(%(endpoint_ids)s::uuid[]) OR p.team_id = ANY(%(team_ids)s::uuid[]))
+       OFFSET 0) s
+ ORDER BY s.queue, s.endpoint_slug
 
 -- name: for_human
 -- Every policy of the human's own endpoints and of their teams.

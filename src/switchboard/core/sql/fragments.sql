@@ -608,22 +608,20 @@ a.summary_truncated AS "closed.summary_truncated", a.artifact AS "closed.artifac
 
 -- name: held_back
 -- Whether admission control holds the queue identity of todo `t` back now, as `admission_status`
--- judges it: its policy is paused, has a limit of 0, has spent the window's budget, or has its
--- in-flight cap reached (counted no further than the cap). Unlocked: the doorbell's hint for pushes
--- (no push for a deferred queue), never a claim's verdict.
+-- judges it (`switchboard_admission_state`, migration 0029: paused, a limit of 0, the window's budget
+-- spent, or the in-flight cap reached, leases counted no further than the cap). Unlocked: the
+-- doorbell's hint for pushes (no push for a deferred queue), never a claim's verdict.
 EXISTS (
     SELECT 1 FROM admission_policies p
      CROSS JOIN LATERAL (SELECT switchboard_window_start(p.window_period, p.window_tz, p.window_start_minute,
                                                          p.window_weekday, now()) AS ws) w
      WHERE p.queue = t.queue AND (p.endpoint_id = t.endpoint_id OR p.team_id = t.team_id)
-       AND (p.paused OR p.max_in_flight = 0 OR p.max_claims_per_window = 0
-            OR (p.max_claims_per_window IS NOT NULL
-                AND switchboard_admission_used(p.id, w.ws) >= p.max_claims_per_window)
-            OR (p.max_in_flight IS NOT NULL AND (
-                SELECT count(*) FROM (SELECT 1 FROM todos f
+       AND switchboard_admission_state(
+               p.paused, p.max_in_flight, p.max_claims_per_window, switchboard_admission_used(p.id, w.ws),
+               (SELECT count(*) FROM (SELECT 1 FROM todos f
                                        WHERE f.queue = p.queue
                                          AND (CASE WHEN p.team_id IS NULL THEN f.endpoint_id = p.endpoint_id
                                                    ELSE f.team_id = p.team_id END)
                                          AND (f.state = 'input-required'
                                               OR (f.state = 'claimed' AND f.lease_expires_at >= now()))
-                                       LIMIT p.max_in_flight) z) >= p.max_in_flight)))
+                                       LIMIT p.max_in_flight) z)) <> 'open')

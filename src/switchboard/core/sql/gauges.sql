@@ -22,9 +22,9 @@ SELECT queue, 'dead_letter', count(*)::bigint, 0::float FROM todos
 SELECT DISTINCT unnest(scope_queues) AS queue FROM endpoints WHERE state = 'active'
 
 -- name: admission_states
--- Each admission policy's status now (as core/admission.py `public` says it; the window's usage summed
--- over the policy's shards) and, when it holds the queue back, how many todos wait on it (counted up
--- to 100,000).
+-- Each admission policy's status now (`switchboard_admission_state`, migration 0029, as
+-- `admission_status` says it; the window's usage summed over the policy's shards) and, when it holds
+-- the queue back, how many todos wait on it (counted up to 100,000).
 SELECT v.queue, v.status,
        CASE WHEN v.status = 'open' THEN 0 ELSE
            (SELECT count(*) FROM (SELECT 1 FROM todos t
@@ -33,20 +33,17 @@ SELECT v.queue, v.status,
                                                ELSE t.team_id = v.team_id END)
                                    LIMIT 100000) z) END::bigint AS pending
   FROM (SELECT p.queue, p.endpoint_id, p.team_id,
-               CASE WHEN p.paused OR p.max_in_flight = 0 OR p.max_claims_per_window = 0 THEN 'paused'
-                    WHEN p.max_claims_per_window IS NOT NULL
-                         AND switchboard_admission_used(p.id, switchboard_window_start(
-                                 p.window_period, p.window_tz, p.window_start_minute, p.window_weekday, now()))
-                             >= p.max_claims_per_window THEN 'window_exhausted'
-                    WHEN p.max_in_flight IS NOT NULL AND p.max_in_flight <= (
-                         SELECT count(*) FROM todos t
-                          WHERE t.queue = p.queue
-                            AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id
-                                      ELSE t.team_id = p.team_id END)
-                            AND (t.state = 'input-required'
-                                 OR (t.state = 'claimed' AND t.lease_expires_at >= now())))
-                         THEN 'in_flight_full'
-                    ELSE 'open' END AS status
+               switchboard_admission_state(
+                   p.paused, p.max_in_flight, p.max_claims_per_window,
+                   switchboard_admission_used(p.id, switchboard_window_start(
+                       p.window_period, p.window_tz, p.window_start_minute, p.window_weekday, now())),
+                   (SELECT count(*) FROM (SELECT 1 FROM todos t
+                                           WHERE t.queue = p.queue
+                                             AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id
+                                                       ELSE t.team_id = p.team_id END)
+                                             AND (t.state = 'input-required'
+                                                  OR (t.state = 'claimed' AND t.lease_expires_at >= now()))
+                                           LIMIT p.max_in_flight) z)) AS status
           FROM admission_policies p) v
 
 -- name: statement_timeout
