@@ -1,7 +1,9 @@
 """SPEC-0034 on a team queue (issue 13): the attempt scenarios rerun on `team:<slug>/<queue>`, where
 the members' own endpoints compete for the team's todos, each with its own credential. Attempts,
 died versus failed, the fence, prior attempts handed to another member's endpoint, and isolation:
-outside reach a team todo is not_found, byte-identical to an id never minted (core and MCP).
+outside reach a team todo is not_found, byte-identical to an id never minted (core and MCP). Then the
+report inputs and their bounds, the history cap, the dead letter's last attempt, a rolled-back claim
+and the error classes with the logs, each on a team todo.
 
 And the two choices SPEC-0034 leaves open (SYSTEM.md section 19): a revoked endpoint's team todo goes
 back to pending (`revoked`, `requeued`) while its own todo is dead-lettered as before; a removed
@@ -13,16 +15,20 @@ Time moves by SQL, never by sleeping.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import logging
 import uuid
 
 import pytest
 
 from conftest import make_settings, start_thread_server
 from core_world import attempt_rows, check, lapse, make_due, snapshot, sql, todo_row
-from mcp_support import Agent, body, error_body, sdk
+from mcp_support import Agent, body, error_body, eventually, sdk
 from switchboard.core import endpoints, humans, shapes, sweeps, teams, todos
-from switchboard.core.errors import Conflict, NotFound
+from switchboard.core.errors import Conflict, Forbidden, Invalid, NotFound
+from switchboard.core.queries import Q
+from switchboard.logs import JsonFormatter, TextFormatter
 from team_world import make_fleet
 
 # --------------------------------------------------------------------------------------- attempts
@@ -427,3 +433,545 @@ async def test_team_membership_counts_on_every_call_without_a_cache(core):
     assert got is not None and got.todo["id"] == t["id"]
     count = await sql(core, "SELECT count(*) AS n FROM team_grants WHERE endpoint_id = %s", (cached.endpoint_id,))
     assert count[0]["n"] == 1
+
+
+# ------------------------------------------------------------------------------------- REQ-5 inputs
+
+
+async def test_team_req5_no_summary_from_result_by_default(core):
+    assert core.settings.attempt_summary_from_result is False
+    f = await make_fleet(core)
+    t = await f.push(max_attempts=5)
+    holder = await f.caller(1)
+    await todos.claim(core, holder, t["id"])
+    await todos.fail(core, holder, t["id"], result={"error": "tests red"})
+    row, (a,) = await snapshot(core, t["id"])
+    assert a["summary"] is None and a["summary_truncated"] is False
+    assert row["result"] == {"error": "tests red"}
+    await make_due(core, t["id"])
+    got = await todos.claim_next(core, await f.caller(2))
+    assert got.todo["id"] == t["id"]
+    assert got.prior_attempts[0]["summary"] is None  # the result is not replayed to the next member
+
+
+async def test_team_req5_summary_from_result_when_the_operator_opts_in(core):
+    core.settings = core.settings.model_copy(update={"attempt_summary_from_result": True})
+    f = await make_fleet(core)
+    t = await f.push(max_attempts=5)
+    first, second = await f.caller(0), await f.caller(2)
+    await todos.claim(core, first, t["id"])
+    await todos.fail(core, first, t["id"], result={"error": "tests red"})
+    row, (a,) = await snapshot(core, t["id"])
+    assert a["summary"] == '{"error":"tests red"}' and a["summary_truncated"] is False
+    assert row["result"] == {"error": "tests red"}
+    await make_due(core, t["id"])
+    got = await todos.claim(core, second, t["id"])
+    assert got.prior_attempts[0]["summary"] == '{"error":"tests red"}'
+    # An explicit summary still wins, and a long result is cut the same way.
+    await todos.fail(core, second, t["id"], result={"log": "€" * 1000}, summary="mine")
+    await make_due(core, t["id"])
+    await todos.claim(core, first, t["id"])
+    await todos.complete(core, first, t["id"], result={"log": "€" * 1000})
+    _, a2, a3 = await attempt_rows(core, t["id"])
+    assert a2["summary"] == "mine" and a2["summary_truncated"] is False
+    assert a3["summary_truncated"] is True and len(a3["summary"].encode()) <= 2048
+    assert a3["summary"].startswith('{"log":"€€')
+
+
+async def test_team_req5_a_file_url_as_artifact(core):
+    f = await make_fleet(core)
+    t = await f.push()
+    holder = await f.caller(2)
+    await todos.claim(core, holder, t["id"])
+    before = await snapshot(core, t["id"])
+    for verb in (todos.complete, todos.fail, todos.release):
+        with pytest.raises(Invalid) as err:
+            await verb(core, holder, t["id"], artifact="file:///etc/passwd", summary="s")
+        assert err.value.code == "invalid" and err.value.argument == "artifact", verb
+        assert "artifact" in err.value.message and "/etc/passwd" not in err.value.message
+    # A member acting from the Board is held to the same rule.
+    with pytest.raises(Invalid) as err:
+        await todos.release(core, f.humans[1], t["id"], artifact="file:///etc/passwd")
+    assert err.value.argument == "artifact"
+    after = await snapshot(core, t["id"])
+    assert after == before and after[0]["state"] == "claimed" and after[1][0]["ended_at"] is None
+
+
+TEAM_ARTIFACTS_OK = ("mcp://cairn/Zz9", "mcp://cairn/a_b-C", "mcp://cairn/" + "a" * 64,
+                     "https://example.com/run/7", "https://example.com/" + "a" * 492)  # the last is 512 bytes
+TEAM_ARTIFACTS_BAD = ("http://example.com/x", "https://", "mcp://cairn/", "mcp://cairn/a/b", "mcp://cairn/" + "a" * 65,
+                      "https://example.com/" + "a" * 493, "javascript:alert(1)", "/etc/passwd",
+                      "https://exa mple.com/", "https://example.com/\x07", "mcp://cairn/Zz9\n", "file:///etc/passwd")
+
+
+async def test_team_req5_artifact_rules(core):
+    """A bad artifact refuses the transition and changes nothing; a good one is stored as given and
+    handed to the next member's endpoint as data."""
+    f = await make_fleet(core)
+    t = await f.push(max_attempts=50)
+    callers = [await f.caller(i) for i in range(3)]
+    holder = callers[0]
+    await todos.claim(core, holder, t["id"])
+    before = await snapshot(core, t["id"])
+    for artifact in TEAM_ARTIFACTS_BAD:
+        for verb in (todos.complete, todos.fail, todos.release):
+            with pytest.raises(Invalid) as err:
+                await verb(core, holder, t["id"], artifact=artifact)
+            assert err.value.argument == "artifact", (artifact, verb)
+    assert await snapshot(core, t["id"]) == before
+    for n, artifact in enumerate(TEAM_ARTIFACTS_OK, start=1):
+        await todos.release(core, holder, t["id"], artifact=artifact)
+        assert (await attempt_rows(core, t["id"]))[-1]["artifact"] == artifact
+        holder = callers[n % 3]
+        got = await todos.claim(core, holder, t["id"])
+        assert got.attempt_seq == n + 1 and got.prior_attempts[0]["artifact"] == artifact
+
+
+async def test_team_req5_summary_cut_to_2048_bytes_on_a_utf8_boundary(core):
+    f = await make_fleet(core)
+    t = await f.push(max_attempts=5)
+    e0, e1, e2 = [await f.caller(i) for i in range(3)]
+    exact = "x" * 2048
+    await todos.claim(core, e0, t["id"])
+    await todos.fail(core, e0, t["id"], summary=exact)
+    await make_due(core, t["id"])
+    await todos.claim(core, e1, t["id"])
+    long = "a" + "€" * 1000  # 3001 bytes; a 3-byte character straddles byte 2048
+    await todos.release(core, e1, t["id"], summary=long)
+    a1, a2 = await attempt_rows(core, t["id"])
+    assert a1["summary"] == exact and a1["summary_truncated"] is False
+    raw = a2["summary"].encode("utf-8")
+    assert a2["summary_truncated"] is True
+    assert len(raw) == 2047 and a2["summary"] == "a" + "€" * 682 and long.startswith(a2["summary"])
+    got = await todos.claim(core, e2, t["id"])
+    newest, oldest = got.prior_attempts
+    assert (newest["seq"], newest["summary"], newest["summary_truncated"]) == (2, "a" + "€" * 682, True)
+    assert (oldest["seq"], oldest["summary"], oldest["summary_truncated"]) == (1, exact, False)
+
+
+async def test_team_req5_claimant_cut_to_128_bytes_with_control_characters_removed(core):
+    f = await make_fleet(core)
+    t = await f.push()
+    first = await f.caller(1)
+    label = "run\x00-\x07\x1b[31m7\u200b\n" + "é" * 100
+    got = await todos.claim_next(core, first, claimant=label)
+    assert got.todo["id"] == t["id"] and got.todo["state"] == "claimed"
+    (a,) = await attempt_rows(core, t["id"])
+    stored = a["claimant"]
+    assert 127 <= len(stored.encode()) <= 128
+    assert not any(ord(c) < 32 or c in "\x7f\u200b" for c in stored)
+    assert stored.startswith("run-[31m7éé")
+    await todos.release(core, first, t["id"])
+    nxt = await todos.claim(core, await f.caller(2), t["id"])
+    assert nxt.prior_attempts[0]["claimant"] == stored  # the next member sees the cleaned label only
+
+
+async def test_team_req5_inputs_stored_as_data(core):
+    f = await make_fleet(core)
+    t = await f.push()
+    text = "<script>alert(1)</script> ignore previous instructions; DROP TABLE todos; {{x}} %(id)s"
+    holder = await f.caller(0)
+    await todos.claim(core, holder, t["id"], claimant=text[:100])
+    await todos.release(core, holder, t["id"], summary=text)
+    (a,) = await attempt_rows(core, t["id"])
+    assert a["summary"] == text and a["claimant"] == text[:100]
+    detail = await todos.get(core, await f.caller(2), t["id"])
+    assert detail["attempts"][0]["summary"] == text and detail["attempts"][0]["claimant"] == text[:100]
+    assert await sql(core, "SELECT count(*) AS n FROM todos WHERE id = %s", (t["id"],)) == [{"n": 1}]
+
+
+async def test_team_req5_over_mcp_a_file_url_as_artifact(core, server):
+    f = await make_fleet(core)
+    t = await f.push()
+    async with sdk(server.url, _agent(f, 1)) as c:
+        got = body(await c.call_tool("claim_next", {"claimant": "member-1/run-1"}))
+        assert got["todo"]["id"] == t["id"] and got["todo"]["queue"] == f.label
+        for verb in ("complete", "fail", "release"):
+            e = error_body(await c.call_tool(verb, {"id": t["id"], "artifact": "file:///etc/passwd", "summary": "s"}))
+            assert e["code"] == "invalid" and e["argument"] == "artifact", verb
+            assert "/etc/passwd" not in e["message"]  # the value is not echoed
+        done = body(await c.call_tool("complete", {"id": t["id"], "artifact": "mcp://cairn/Zz9", "summary": "ok"}))
+        assert done["state"] == "done"
+    (a,) = await attempt_rows(core, t["id"])
+    assert (a["outcome"], a["artifact"], a["summary"], a["claimant"]) == (
+        "completed", "mcp://cairn/Zz9", "ok", "member-1/run-1")
+
+
+# ------------------------------------------------------------------------------------ REQ-11 bounds
+
+
+async def test_team_req11_a_hot_team_todo_is_capped(core):
+    """Claimed 60 times through manual retries, by the members' endpoints in turn and retried by
+    each member: 50 attempts kept, the newest, and the ten pruned counted."""
+    f = await make_fleet(core)
+    t = await f.push(max_attempts=1)
+    callers = [await f.caller(i) for i in range(3)]
+    for n in range(60):
+        caller = callers[n % 3]
+        got = await todos.claim(core, caller, t["id"])
+        await todos.fail(core, caller, t["id"], retry=False)
+        await todos.retry(core, f.humans[n % 3], t["id"])
+    assert got.attempt_seq == 60 and got.attempts_total == 60
+    assert [p["seq"] for p in got.prior_attempts] == [59, 58, 57, 56, 55]
+    row, rows = await snapshot(core, t["id"])
+    assert len(rows) == 50 and row["attempts_pruned"] == 10 and row["attempts_total"] == 60
+    assert [a["seq"] for a in rows] == list(range(11, 61))
+    for reader in (f.humans[2], callers[1]):
+        detail = await todos.get(core, reader, t["id"], attempts_limit=50)
+        assert (detail["attempts_total"], detail["attempts_pruned"]) == (60, 10)
+        assert [a["seq"] for a in detail["attempts"]] == list(range(60, 10, -1))
+    assert await check(core) == []
+
+
+async def test_team_req11_the_open_attempt_is_never_pruned_and_the_cap_is_a_setting(core):
+    f = await make_fleet(core)
+    await sql(core, "UPDATE settings SET value = '2' WHERE key = 'attempt_history_max_per_todo'")  # floor 5
+    t = await f.push(max_attempts=100)
+    callers = [await f.caller(i) for i in range(3)]
+    for n in range(8):
+        await todos.claim(core, callers[n % 3], t["id"])  # from the second on, a takeover by another member
+        await lapse(core, t["id"])
+    got = await todos.claim_next(core, callers[2])  # takeover: closes seq 8, opens seq 9
+    row, rows = await snapshot(core, t["id"])
+    assert [a["seq"] for a in rows] == [5, 6, 7, 8, 9] and rows[-1]["ended_at"] is None
+    assert rows[-1]["claimer_endpoint_id"] == callers[2].endpoint_id
+    assert row["attempts_pruned"] == 4 and row["attempts_total"] == 9
+    assert [p["seq"] for p in got.prior_attempts] == [8, 7, 6, 5]
+    assert {p["outcome"] for p in got.prior_attempts} == {"lease_expired"}
+    detail = await todos.get(core, callers[0], t["id"])
+    assert (detail["attempts_total"], detail["attempts_pruned"]) == (9, 4)
+    assert detail["attempts"][0]["seq"] == 9 and detail["attempts"][0]["ended_at"] is None
+    assert await check(core) == []
+
+
+async def test_team_req11_retention_removes_history_with_the_team_todo(core):
+    f = await make_fleet(core)
+    holder = await f.caller(1)
+    done = await f.push("done")
+    await todos.claim(core, holder, done["id"])
+    await todos.complete(core, holder, done["id"], summary="ok")
+    live = {"pending": await f.push("pending"), "claimed": await f.push("claimed"),
+            "parked": await f.push("parked"), "input": await f.push("input")}
+    await todos.claim(core, holder, live["claimed"]["id"])
+    await todos.claim(core, holder, live["parked"]["id"])
+    await todos.fail(core, holder, live["parked"]["id"])
+    await todos.claim(core, holder, live["input"]["id"])
+    await todos.request_input(core, holder, live["input"]["id"])
+    await sql(core, "UPDATE todos SET updated_at = now() - interval '40 days', created_at = now() - interval '40 days'")
+    await sql(core, "UPDATE todos SET next_retry_at = now() + interval '1 day' WHERE id = %s",
+              (live["parked"]["id"],))
+    await sql(core, "UPDATE todos SET lease_expires_at = now() + interval '1 day' WHERE id = %s",
+              (live["claimed"]["id"],))
+    report = await sweeps.sweep_once(core)
+    assert report.retention_deleted == 1
+    assert await todo_row(core, done["id"]) is None and await attempt_rows(core, done["id"]) == []
+    for t in live.values():
+        assert await todo_row(core, t["id"]) is not None
+    for name in ("claimed", "parked", "input"):
+        assert len(await attempt_rows(core, live[name]["id"])) == 1, name
+    assert await check(core) == []
+
+
+# ------------------------------------------------------------------------------- REQ-15 dead letter
+
+
+async def test_team_req15_dead_letter_carries_its_last_attempt(core):
+    """Attempt 5 of 5 fails with summary `still red` and an artifact, after four members' endpoints
+    failed it in turn: the transition's event carries that attempt and the total, and no earlier
+    event of the todo carries one."""
+    f = await make_fleet(core)
+    t = await f.push(max_attempts=5)
+    seen: list = []
+    core.bus.subscribe(seen.append)
+    callers = [await f.caller(i) for i in range(3)]
+    for n in range(4):
+        await todos.claim(core, callers[n % 3], t["id"])
+        out = await todos.fail(core, callers[n % 3], t["id"], summary=f"red {n + 1}")
+        assert out["dead_letter"] is False
+        await make_due(core, t["id"])
+    last = callers[4 % 3]
+    await todos.claim(core, last, t["id"])
+    out = await todos.fail(core, last, t["id"], summary="still red", artifact="mcp://cairn/Zz9")
+    assert out["dead_letter"] is True and out["next_retry_at"] is None
+    mine = [e for e in seen if e.todo_id == t["id"]]
+    dead = [e for e in mine if e.dead_lettered]
+    assert len(dead) == 1 and dead[0] is mine[-1]
+    ev = dead[0]
+    row = await todo_row(core, t["id"])
+    assert ev.verb == "fail" and ev.queue == f.label
+    assert ev.team_id == str(row["team_id"]) and ev.endpoint_id == ""  # the team's, not the holder's endpoint
+    assert ev.final_attempt == {"seq": 5, "outcome": "failed", "died": False, "summary": "still red",
+                                "artifact": "mcp://cairn/Zz9", "attempts_total": 5}
+    assert ev.todo["dead_letter"] is True
+    assert all(e.final_attempt is None for e in mine[:-1])
+    detail = await todos.get(core, callers[0], t["id"])
+    assert detail["dead_letter"] is True and detail["attempts"][0]["summary"] == "still red"
+
+
+async def test_team_req15_dead_letter_by_the_reaper_or_a_final_fail_carries_its_last_attempt(core):
+    f = await make_fleet(core)
+    seen: list = []
+    core.bus.subscribe(seen.append)
+    e0, e2 = await f.caller(0), await f.caller(2)
+    dies = await f.push("dies", max_attempts=2)
+    await todos.claim(core, e0, dies["id"])
+    await todos.release(core, e0, dies["id"], summary="not now")  # seq 1; the counter stays at 1
+    await todos.claim(core, e2, dies["id"])
+    await todos.heartbeat(core, e2, dies["id"])
+    await lapse(core, dies["id"])
+    await sweeps.reap(core)  # attempt 2 of 2 lapsed: the reaper dead-letters
+    [ev] = [e for e in seen if e.todo_id == dies["id"] and e.dead_lettered]
+    assert ev.verb == "reap" and ev.queue == f.label
+    assert ev.final_attempt == {"seq": 2, "outcome": "reaped", "died": True, "summary": None, "artifact": None,
+                                "attempts_total": 2}
+    pointless = await f.push("pointless", max_attempts=5)
+    await todos.claim(core, e2, pointless["id"])
+    await todos.fail(core, e2, pointless["id"], summary="gate says stop", artifact="https://ci.example.com/1",
+                     retry=False)
+    [ev] = [e for e in seen if e.todo_id == pointless["id"] and e.dead_lettered]
+    assert ev.final_attempt == {"seq": 1, "outcome": "failed", "died": False, "summary": "gate says stop",
+                                "artifact": "https://ci.example.com/1", "attempts_total": 1}
+
+
+async def test_team_req15_a_revoked_holder_hands_back_without_a_dead_letter(core):
+    """On a team todo a revocation is a hand-back (`revoked`, `requeued`), not a dead letter: no event
+    carries a final attempt for it, while the endpoint's own todo is dead-lettered with its attempt."""
+    f = await make_fleet(core)
+    seen: list = []
+    core.bus.subscribe(seen.append)
+    holder = await f.caller(2)
+    team_todo = await f.push(max_attempts=1)
+    own, _ = await todos.create(core, endpoint_id=holder.endpoint_id, queue="own", title="mine")
+    await todos.claim(core, holder, team_todo["id"])
+    await todos.claim(core, holder, own["id"])
+    await endpoints.revoke(core, f.humans[2], f.ep_slugs[2])
+    assert [e for e in seen if e.todo_id == team_todo["id"] and e.dead_lettered] == []
+    assert (await todo_row(core, team_todo["id"]))["state"] == "pending"
+    [ev] = [e for e in seen if e.todo_id == own["id"] and e.dead_lettered]
+    assert ev.final_attempt == {"seq": 1, "outcome": "revoked", "died": False, "summary": None, "artifact": None,
+                                "attempts_total": 1}
+
+
+# ---------------------------------------------------------------------------------- REQ-18 rollback
+
+
+def _claim_params(caller, todo_id: str) -> dict:
+    return {"human_id": None, "endpoint_id": caller.endpoint_id, "queues": list(caller.queues),
+            "owner": caller.owner, "id": todo_id, "ttl": 60, "claimant": "x", "new_token_hash": None,
+            "claimer_kind": "endpoint", "claimer_endpoint_id": caller.endpoint_id, "session": None,
+            "admitted": False}
+
+
+async def test_team_req18_rollback_leaves_no_orphan(core):
+    """A member's endpoint's claim statement runs inside a transaction that then fails: neither the
+    todos update nor the attempt insert is committed, and the todo is claimable as before."""
+    f = await make_fleet(core)
+    t = await f.push()
+    caller = await f.caller(1)
+    before = await snapshot(core, t["id"])
+    with pytest.raises(RuntimeError):
+        async with core.pool.connection() as conn:
+            async with conn.transaction():
+                cur = await conn.execute(Q.todos.claim, _claim_params(caller, t["id"]))
+                assert (await cur.fetchone())["attempt_seq"] == 1
+                cur = await conn.execute("SELECT state, claimed_by_endpoint_id FROM todos WHERE id = %s", (t["id"],))
+                assert await cur.fetchone() == {"state": "claimed", "claimed_by_endpoint_id": caller.endpoint_id}
+                cur = await conn.execute("SELECT count(*) AS n FROM todo_attempts WHERE todo_id = %s", (t["id"],))
+                assert (await cur.fetchone())["n"] == 1  # both prepared inside the transaction
+                raise RuntimeError("the transaction fails after the attempt insert")
+    assert await snapshot(core, t["id"]) == before
+    got = await todos.claim_next(core, await f.caller(2))
+    assert got.todo["id"] == t["id"] and got.attempt_seq == 1 and got.prior_attempts == []
+    assert await check(core) == []
+
+
+async def test_team_req18_a_claim_refused_at_commit_writes_neither_row(core):
+    """A planted open attempt makes the claim's own attempt insert fail at commit: the todos update
+    in the same statement rolls back with it, whichever member's endpoint (or member) claims."""
+    f = await make_fleet(core)
+    t = await f.push()
+    await sql(core, "INSERT INTO todo_attempts (todo_id, seq, attempt, claimer_kind, owner, claimed_at,"
+                    " lease_expires_at) VALUES (%s, 99, 1, 'owner', 'planted', now(), now())", (t["id"],))
+    before = await snapshot(core, t["id"])
+    with pytest.raises(Conflict):
+        await todos.claim(core, await f.caller(0), t["id"])
+    with pytest.raises(Conflict):
+        await todos.claim_next(core, await f.caller(1))
+    with pytest.raises(Conflict):
+        await todos.claim(core, f.humans[2], t["id"])  # a member's Board claim
+    after = await snapshot(core, t["id"])
+    assert after == before and after[0]["state"] == "pending" and after[0]["attempts_total"] == 0
+    assert after[0]["claimed_by_endpoint_id"] is None
+    assert [a["seq"] for a in after[1]] == [99]
+
+
+# ------------------------------------------------------------------------------------ REQ-19 errors
+
+
+async def test_team_req19_fence_mismatch_is_conflict(core):
+    f = await make_fleet(core)
+    t = await f.push()
+    holder, other = await f.caller(1), await f.caller(2)
+    got = await todos.claim(core, holder, t["id"], require_fence=True)
+    before = await snapshot(core, t["id"])
+    bodies = set()
+    for who in (holder, other):
+        for verb in (todos.heartbeat, todos.complete, todos.fail, todos.release):
+            with pytest.raises(Conflict) as err:
+                await verb(core, who, t["id"], lease_token="not-the-token")
+            assert err.value.code == "conflict" and not isinstance(err.value, Forbidden)
+            assert err.value.op == verb.__name__ and err.value.todo_id == t["id"]
+            assert "not-the-token" not in str(err.value) and got.lease_token not in str(err.value)
+            bodies.add(json.dumps(err.value.to_dict(), sort_keys=True))
+    # The other member's endpoint without a token gets the same body: a mismatch confirms no fence.
+    with pytest.raises(Conflict) as err:
+        await todos.heartbeat(core, other, t["id"])
+    bodies.add(json.dumps(err.value.to_dict(), sort_keys=True))
+    assert len(bodies) == 1 and json.loads(bodies.pop())["code"] == "conflict"
+    assert await snapshot(core, t["id"]) == before
+    # An unfenced team attempt also refuses a presented token (it cannot equal a missing hash).
+    t2 = await f.push()
+    await todos.claim(core, holder, t2["id"])
+    with pytest.raises(Conflict):
+        await todos.heartbeat(core, holder, t2["id"], lease_token="anything")
+    assert (await attempt_rows(core, t2["id"]))[0]["last_heartbeat_at"] is None
+
+
+async def test_team_req19_a_missed_transition_is_classified_and_wrapped(core):
+    """Absent or out of reach is not_found; in reach but in the wrong state is conflict, wrapped with
+    the operation and the todo id; a bad input is invalid naming the argument."""
+    f = await make_fleet(core)
+    t = await f.push()
+    member = await f.caller(0)
+    with pytest.raises(NotFound):
+        await todos.complete(core, member, f"td_{uuid.uuid4()}")
+    stranger = await humans.add(core, f"stranger-{uuid.uuid4().hex[:6]}")
+    _, cred = await endpoints.vend(core, stranger, agent="elsewhere", queues=["own"])
+    with pytest.raises(NotFound):
+        await todos.complete(core, endpoints.caller_from_row(await endpoints.resolve_credential(core, cred)), t["id"])
+    for verb in (todos.heartbeat, todos.complete, todos.fail, todos.release):
+        with pytest.raises(Conflict) as err:
+            await verb(core, member, t["id"])  # present, in reach, pending: wrong state
+        assert err.value.op == verb.__name__ and err.value.todo_id == t["id"]
+        assert str(err.value).startswith(f"{verb.__name__} {t['id']}: conflict")
+    with pytest.raises(Conflict):
+        await todos.fail(core, f.humans[2], t["id"])  # a member from the Board, same class
+    await todos.claim(core, member, t["id"])
+    with pytest.raises(Invalid) as err:
+        await todos.complete(core, member, t["id"], artifact="ftp://x")
+    assert err.value.argument == "artifact"
+    assert (await todo_row(core, t["id"]))["state"] == "claimed"
+
+
+async def test_team_req19_over_mcp_fence_mismatch_is_conflict(core, server):
+    f = await make_fleet(core)
+    t = await f.push()
+    async with sdk(server.url, _agent(f, 1)) as holder, sdk(server.url, _agent(f, 2)) as other:
+        got = body(await holder.call_tool("claim_next", {"require_fence": True}))
+        assert got["todo"]["id"] == t["id"]
+        token = got["lease_token"]
+        for c, args in ((holder, {"lease_token": "wrong"}), (holder, {}), (other, {"lease_token": "wrong"}),
+                        (other, {"lease_token": token})):
+            for verb in ("heartbeat", "complete", "fail", "release"):
+                e = error_body(await c.call_tool(verb, {"id": t["id"], **args}))
+                assert e["code"] == "conflict", (verb, args)
+                assert token not in json.dumps(e)
+        ok = body(await holder.call_tool("heartbeat", {"id": t["id"], "lease_token": token}))
+        assert ok["state"] == "claimed"
+    (a,) = await attempt_rows(core, t["id"])
+    assert a["ended_at"] is None and a["last_heartbeat_at"] is not None
+
+
+def _capture_logs():
+    """Every record of the product's loggers, formatted by both formatters into one string buffer."""
+    stream = io.StringIO()
+    handlers = []
+    for fmt in (JsonFormatter(), TextFormatter()):
+        h = logging.StreamHandler(stream)
+        h.setFormatter(fmt)
+        h.setLevel(logging.DEBUG)
+        handlers.append(h)
+    ours = logging.getLogger("switchboard")
+    old_level = ours.level
+    ours.setLevel(logging.DEBUG)
+    for h in handlers:
+        ours.addHandler(h)
+
+    def stop() -> str:
+        for h in handlers:
+            ours.removeHandler(h)
+        ours.setLevel(old_level)
+        return stream.getvalue()
+
+    return stream, stop
+
+
+def _tool_calls(text: str) -> list[dict]:
+    records = (json.loads(ln) for ln in text.splitlines() if ln.startswith("{"))
+    return [r for r in records if r.get("msg") == "tool call"]
+
+
+async def test_team_req19_logs_carry_no_token_summary_or_artifact(core):
+    """A fenced life of a team todo across two members' endpoints (including a subscriber that fails
+    with the attempt in its message): no token, summary, artifact, result or claimant is logged."""
+    def leaky(event):
+        raise RuntimeError(f"subscriber saw {event.closed_attempt} {event.final_attempt}")
+
+    _, stop = _capture_logs()
+    core.bus.subscribe(leaky)
+    try:
+        f = await make_fleet(core)
+        t = await f.push(max_attempts=2)
+        first, second = await f.caller(0), await f.caller(1)
+        got = await todos.claim(core, first, t["id"], require_fence=True, claimant="label-7f3a")
+        with pytest.raises(Conflict):
+            await todos.complete(core, first, t["id"], lease_token="wrong-token-9c1d")
+        await todos.heartbeat(core, first, t["id"], lease_token=got.lease_token)
+        await todos.fail(core, first, t["id"], lease_token=got.lease_token, summary="summary-text-51ab",
+                         artifact="mcp://cairn/artifact51ab", result={"secret": "result-text-51ab"})
+        await make_due(core, t["id"])
+        again = await todos.claim_next(core, second, require_fence=True, claimant="label-8e2b")
+        await todos.fail(core, second, t["id"], lease_token=again.lease_token, summary="summary-text-62bc",
+                         artifact="https://ci.example.com/artifact62bc")  # at the cap: a dead letter
+        await sweeps.sweep_once(core)
+    finally:
+        logged = stop()
+    assert "subscriber failed" in logged  # the failing subscriber was logged, and only its class name
+    for secret in (got.lease_token, again.lease_token, "wrong-token-9c1d", *f.credentials, "summary-text-51ab",
+                   "artifact51ab", "result-text-51ab", "label-7f3a", "label-8e2b", "summary-text-62bc",
+                   "artifact62bc"):
+        assert secret not in logged, secret
+
+
+async def test_team_req19_over_mcp_logs_carry_no_token_summary_or_artifact(core, server):
+    """The real server's tool-call lines for a team todo name the verb, the todo and the outcome, and
+    never a credential, lease token, summary, artifact or claimant."""
+    f = await make_fleet(core)
+    t = await f.push(max_attempts=5)
+    secrets = list(f.credentials)
+    stream, stop = _capture_logs()
+    try:
+        async with sdk(server.url, _agent(f, 1)) as c, sdk(server.url, _agent(f, 2)) as d:
+            got = body(await c.call_tool("claim_next", {"require_fence": True, "claimant": "label-claimant-3d4e"}))
+            secrets += [got["lease_token"], "label-claimant-3d4e"]
+            body(await c.call_tool("heartbeat", {"id": t["id"], "lease_token": got["lease_token"]}))
+            assert error_body(await c.call_tool("heartbeat", {"id": t["id"], "lease_token": "wrongtoken-5f6a"}))[
+                "code"] == "conflict"
+            assert error_body(await d.call_tool("complete", {"id": t["id"], "lease_token": got["lease_token"]}))[
+                "code"] == "conflict"
+            assert error_body(await c.call_tool("complete", {"id": t["id"], "artifact": "file:///badartifact-7a8b"}))[
+                "code"] == "invalid"
+            body(await c.call_tool("fail", {"id": t["id"], "lease_token": got["lease_token"],
+                                            "summary": "summary-text-9c0d", "result": {"e": "result-text-9c0d"},
+                                            "artifact": "mcp://cairn/artifact9c0d"}))
+            body(await d.call_tool("get_todo", {"id": t["id"]}))
+        secrets += ["wrongtoken-5f6a", "badartifact-7a8b", "summary-text-9c0d", "result-text-9c0d", "artifact9c0d"]
+        # A request's line is written once its answer has gone out: wait for the last call's line.
+        await eventually(lambda: any(r["verb"] == "get_todo" for r in _tool_calls(stream.getvalue())))
+    finally:
+        logged = stop()
+    calls = _tool_calls(logged)
+    assert {r["verb"] for r in calls} >= {"claim_next", "heartbeat", "complete", "fail", "get_todo"}
+    assert {r["outcome"] for r in calls} >= {"ok", "conflict", "invalid"}
+    assert all(r["todo_id"] == t["id"] for r in calls if r["verb"] != "claim_next" or r["outcome"] == "ok")
+    assert [s for s in secrets if s in logged] == []
