@@ -173,6 +173,43 @@ async def test_a_batch_refused_at_commit_is_a_conflict_and_claims_nothing(core):
     assert [len(await attempt_rows(core, t)) for t in made] == [0, 1, 0]
 
 
+async def test_the_history_cap_holds_under_batch_claims(core):
+    """REQ-11 through claim_next_batch: a hot todo claimed again and again by batches (here one after a
+    failed attempt and one by taking over a lapsed lease, with a fresh todo in each batch) keeps at
+    most attempt_history_max_per_todo attempts, the newest ones and always the open one; the rest are
+    counted in attempts_pruned, and the prior attempts each claim hands out are kept ones only."""
+    cap = 5  # the setting's floor, so a claim's prior attempts (at most 5) show the pruning too
+    await sql(core, "UPDATE settings SET value = %s WHERE key = 'attempt_history_max_per_todo'", (str(cap),))
+    w = await make_world(core)
+    failing = (await w.todo("failing", max_attempts=100))["id"]
+    lapsing = (await w.todo("lapsing", max_attempts=100))["id"]
+    rounds = 12
+    for k in range(1, rounds + 1):
+        fresh = (await w.todo(f"fresh {k}"))["id"]
+        got = await todos.claim_next_batch(core, w.e1, max_todos=10)
+        assert _ids(got) == [failing, lapsing, fresh]
+        assert got[2].attempt_seq == 1 and got[2].prior_attempts == []
+        kept = list(range(max(1, k - cap + 1), k + 1))  # the newest `cap` seqs, the open one last
+        for g, outcome in ((got[0], "failed"), (got[1], "lease_expired")):
+            assert (g.attempt_seq, g.attempts_total, g.todo["attempt"]) == (k, k, k)
+            assert [p["seq"] for p in g.prior_attempts] == kept[-2::-1]  # closed and kept, newest first
+            assert all(p["outcome"] == outcome for p in g.prior_attempts)
+            row, rows = await snapshot(core, g.todo["id"])
+            assert [a["seq"] for a in rows] == kept and rows[-1]["ended_at"] is None
+            assert all(a["ended_at"] is not None for a in rows[:-1])
+            assert (row["attempts_total"], row["attempts_pruned"]) == (k, max(0, k - cap))
+        assert [p["summary"] for p in got[0].prior_attempts] == [f"red {s}" for s in kept[-2::-1]]
+        await todos.complete(core, w.e1, fresh)
+        await todos.fail(core, w.e1, failing, summary=f"red {k}")
+        await make_due(core, failing)
+        await lapse(core, lapsing)
+    for t in (failing, lapsing):
+        detail = await todos.get(core, w.e1, t)
+        assert (detail["attempts_total"], detail["attempts_pruned"]) == (rounds, rounds - cap)
+        assert [a["seq"] for a in detail["attempts"]] == list(range(rounds, rounds - cap, -1))
+    assert await check(core) == []
+
+
 # ------------------------------------------------------------------------------------------ closes
 
 async def test_complete_batch_closes_each_attempt_as_complete_does(core):
@@ -261,6 +298,139 @@ async def test_a_batch_close_reports_per_item_and_a_foreign_id_is_an_unknown_one
     assert (await todo_row(core, held))["state"] == "done"
     assert {t: await snapshot(core, t) for t in (idle, theirs)} == before
     assert await check(core) == []
+
+
+async def test_complete_batch_takes_each_summary_from_its_result_as_complete_does(core):
+    """REQ-5 with the operator's opt-in (attempt_summary_from_result): an item with a result and no
+    summary gets the compact JSON of its result as its attempt's summary, cut as complete cuts it; an
+    explicit summary still wins; no result is no summary. Each item's attempt reads as the attempt of
+    the same report given to the single complete."""
+    core.settings = core.settings.model_copy(update={"attempt_summary_from_result": True})
+    w = await make_world(core)
+    reports = [{"result": {"error": "tests red"}},
+               {"result": {"b": [1, 2], "é": None}},
+               {"result": {"log": "€" * 1000}},
+               {"result": {"error": "x"}, "summary": "mine"},
+               {"result": "plain text"},
+               {"result": 0},
+               {"summary": "no result"},
+               {},
+               {"result": {"error": "x"}, "summary": ""}]
+    single = [(await w.todo(f"single {i}"))["id"] for i in range(len(reports))]
+    for t, report in zip(single, reports, strict=True):
+        await todos.claim(core, w.e1, t)
+        await todos.complete(core, w.e1, t, **report)
+    batched = [(await w.todo(f"batched {i}"))["id"] for i in range(len(reports))]
+    assert _ids(await todos.claim_next_batch(core, w.e1, max_todos=len(reports))) == batched
+    out = await todos.complete_batch(core, w.e1, [{"id": t, **r} for t, r in zip(batched, reports, strict=True)])
+    assert all(o["ok"] for o in out)
+
+    def told(a: dict) -> tuple:
+        return a["outcome"], a["summary"], a["summary_truncated"]
+
+    got = [told((await attempt_rows(core, t))[0]) for t in batched]
+    assert got == [told((await attempt_rows(core, t))[0]) for t in single]
+    summaries = [s for _, s, _ in got]
+    assert summaries[:2] == ['{"error":"tests red"}', '{"b":[1,2],"é":null}']
+    assert got[2][2] is True and summaries[2].startswith('{"log":"€€')
+    assert len(summaries[2].encode()) <= inputs.SUMMARY_MAX_BYTES and len(summaries[2].encode()) > 2000
+    assert summaries[3:] == ["mine", '"plain text"', "0", "no result", None, None]
+    assert [r for _, _, r in got].count(True) == 1
+    for t, report in zip(batched, reports, strict=True):  # result keeps its meaning, on the todo
+        assert (await todo_row(core, t))["result"] == report.get("result")
+    # The option off (the default): a batch item's result is never its summary.
+    core.settings = core.settings.model_copy(update={"attempt_summary_from_result": False})
+    off = (await w.todo("off"))["id"]
+    await todos.claim_next_batch(core, w.e1, max_todos=1)
+    await todos.complete_batch(core, w.e1, [{"id": off, "result": {"error": "tests red"}}])
+    assert told((await attempt_rows(core, off))[0]) == ("completed", None, False)
+    assert await check(core) == []
+
+
+async def test_a_batch_close_of_a_todo_its_owner_holds_is_a_conflict_for_that_item(core):
+    """REQ-6 per item: a todo the owning human claimed (the Board's or API's claim, claimer_kind
+    owner) is not the endpoint's to close, with or without the owner's lease token. That item is a
+    conflict; the batch's other items close; the owner's todo and attempt are untouched."""
+    w = await make_world(core)
+    mine = [(await w.todo(f"mine {i}", max_attempts=3))["id"] for i in range(4)]
+    held = (await w.todo("held by its owner"))["id"]
+    fenced = (await w.todo("fenced by its owner"))["id"]
+    await todos.claim(core, w.h1, held)
+    token = (await todos.claim(core, w.h1, fenced, require_fence=True)).lease_token
+    assert _ids(await todos.claim_next_batch(core, w.e1, max_todos=10)) == mine  # not the owner's
+    for t in (held, fenced):
+        (a,) = await attempt_rows(core, t)
+        assert a["claimer_kind"] == "owner" and a["owner"] == f"op:{w.h1.human_id}"
+    before = {t: await snapshot(core, t) for t in (held, fenced)}
+    seen: list[events.Event] = []
+    core.bus.subscribe(seen.append)
+
+    out = await todos.complete_batch(core, w.e1, [
+        {"id": mine[0], "summary": "done"}, {"id": held, "summary": "not mine to close"},
+        {"id": fenced, "lease_token": token}, {"id": mine[1]}])
+    assert [(o["id"], o["ok"]) for o in out] == [(mine[0], True), (held, False), (fenced, False), (mine[1], True)]
+    assert out[1]["error"]["code"] == out[2]["error"]["code"] == "conflict"
+    out = await todos.fail_batch(core, w.e1, [
+        {"id": held, "summary": "not mine either"}, {"id": mine[2], "summary": "red"},
+        {"id": fenced, "lease_token": token, "retry": False}, {"id": mine[3], "retry": False}])
+    assert [(o["id"], o["ok"]) for o in out] == [(held, False), (mine[2], True), (fenced, False), (mine[3], True)]
+    assert out[0]["error"]["code"] == out[2]["error"]["code"] == "conflict"
+
+    assert {t: await snapshot(core, t) for t in (held, fenced)} == before  # nothing changed there
+    assert [(e.verb, e.todo_id) for e in seen] == [("complete", mine[0]), ("complete", mine[1]),
+                                                   ("fail", mine[2]), ("fail", mine[3])]
+    assert [(await todo_row(core, t))["state"] for t in mine] == ["done", "done", "failed", "failed"]
+    for t, outcome in zip(mine, ("completed", "completed", "failed", "failed"), strict=True):
+        (a,) = await attempt_rows(core, t)
+        assert a["outcome"] == outcome
+    # Still the owner's: the owner closes them.
+    await todos.complete(core, w.h1, held)
+    await todos.release(core, w.h1, fenced)
+    assert [(await attempt_rows(core, t))[0]["outcome"] for t in (held, fenced)] == ["completed", "released"]
+    assert await check(core) == []
+
+
+async def test_batched_closes_are_counted_per_outcome_in_the_metrics(core):
+    """REQ-14: every attempt a batch closes is one switchboard_todo_attempts_closed_total increment of
+    its outcome (and one switchboard_todos_completed_total of its verb), counted from the bus's batch
+    form as the serving process subscribes; an item the batch refused is counted nowhere."""
+    from switchboard.web.metrics import Metrics
+
+    m = Metrics()
+    core.bus.subscribe_batch(m.on_events)
+    w = await make_world(core)
+    made = [(await w.todo(f"m{i}", max_attempts=1 if i == 5 else 3))["id"] for i in range(6)]
+    held = (await w.todo("held by its owner"))["id"]
+    await todos.claim(core, w.h1, held)
+    assert _ids(await todos.claim_next_batch(core, w.e1, max_todos=10)) == made
+    unknown = "td_00000000-0000-0000-0000-000000000000"
+
+    def counts() -> dict[tuple[str, str], float]:
+        got = {("closed", o): m.registry.get_sample_value("switchboard_todo_attempts_closed_total",
+                                                          {"queue": "inbox", "outcome": o}) or 0.0
+               for o in ("completed", "failed", "released", "lease_expired", "reaped", "canceled", "revoked")}
+        for verb in ("complete", "fail"):
+            got[("ended", verb)] = m.registry.get_sample_value("switchboard_todos_completed_total",
+                                                               {"queue": "inbox", "outcome": verb}) or 0.0
+        got[("lapsed", "")] = m.registry.get_sample_value("switchboard_lease_expired_total",
+                                                          {"queue": "inbox"}) or 0.0
+        return got
+
+    before = counts()
+    out = await todos.complete_batch(core, w.e1, [{"id": t} for t in made[:3]] + [{"id": held}, {"id": unknown}])
+    assert [o["ok"] for o in out] == [True, True, True, False, False]
+    out = await todos.fail_batch(core, w.e1, [{"id": made[3]}, {"id": made[0]}, {"id": made[4], "retry": False},
+                                              {"id": made[5]}])
+    assert [o["ok"] for o in out] == [True, False, True, True]  # made[0] is done already: a conflict
+    assert [o["todo"]["dead_letter"] for o in out if o["ok"]] == [False, True, True]
+    after = counts()
+    rose = {k: after[k] - before[k] for k in after if after[k] != before[k]}
+    assert rose == {("closed", "completed"): 3, ("closed", "failed"): 3, ("ended", "complete"): 3,
+                    ("ended", "fail"): 3}
+    # What the database holds agrees.
+    closed = await sql(core, "SELECT a.outcome, count(*) AS n FROM todo_attempts a JOIN todos t ON t.id = a.todo_id"
+                             " WHERE t.id = ANY(%s) AND a.ended_at IS NOT NULL GROUP BY 1", (made + [held],))
+    assert {r["outcome"]: r["n"] for r in closed} == {"completed": 3, "failed": 3}
 
 
 # --------------------------------------------------------------------------------------- bad input
@@ -360,6 +530,80 @@ async def test_mcp_batched_claim_next_complete_and_fail(core, server, mode):
                 err = error_body(await c.call_tool(verb, args))
                 assert (err["code"], err["argument"]) == ("invalid", argument), (verb, args, err)
     assert (await todos.get(core, (await _caller(core, a)), made[4]))["state"] == "claimed"
+    assert await check(core) == []
+
+
+async def test_mcp_batched_closes_take_summaries_from_results_when_the_operator_opts_in(core, live_server):
+    """REQ-5 over MCP: with attempt_summary_from_result set on the server, each item of a batched
+    complete or fail without a summary has the compact JSON of its result as its attempt's summary."""
+    srv = live_server(attempt_summary_from_result=True)
+    a = await vend(core, queues=["work"], verbs=list(VERBS))
+    made = [(await push(core, a, f"r{i}", max_attempts=3))["id"] for i in range(4)]
+    async with sdk(srv.url, a) as c:
+        got = body(await c.call_tool("claim_next", {"max_todos": 4}))
+        assert [x["todo"]["id"] for x in got["todos"]] == made
+        done = body(await c.call_tool("complete", {"items": [
+            {"id": made[0], "result": {"error": "tests red", "n": [1, 2]}},
+            {"id": made[1], "result": {"ok": True}, "summary": "explicit"}]}))
+        failed = body(await c.call_tool("fail", {"items": [
+            {"id": made[2], "result": {"log": "€" * 1000}}, {"id": made[3]}]}))
+    assert all(r["ok"] for r in done["results"] + failed["results"])
+    rows = [(await attempt_rows(core, t))[0] for t in made]
+    assert [(r["outcome"], r["summary"]) for r in rows[:2]] == [
+        ("completed", '{"error":"tests red","n":[1,2]}'), ("completed", "explicit")]
+    assert rows[2]["outcome"] == "failed" and rows[2]["summary_truncated"] is True
+    assert rows[2]["summary"].startswith('{"log":"€€') and len(rows[2]["summary"].encode()) <= inputs.SUMMARY_MAX_BYTES
+    assert (rows[3]["outcome"], rows[3]["summary"], rows[3]["summary_truncated"]) == ("failed", None, False)
+    assert (await todo_row(core, made[0]))["result"] == {"error": "tests red", "n": [1, 2]}
+    assert await check(core) == []
+
+
+def _scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """The counters of the server's /metrics, {(name, sorted labels): value}."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    resp = httpx.get(url + "/metrics", headers={"Authorization": "Bearer " + "m" * 40}, timeout=10)
+    assert resp.status_code == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(resp.text) for s in fam.samples
+            if s.name.startswith("switchboard_") and s.name.endswith("_total")}
+
+
+async def test_mcp_batched_closes_count_on_metrics_per_outcome(core, server):
+    """REQ-14 on the server's /metrics: a batched complete and a batched fail raise
+    switchboard_todo_attempts_closed_total by the number of items each closed, per outcome; the items
+    refused (a todo its owner holds, an unknown id, a todo closed already) count nowhere, and the
+    owner's todo is left as it was."""
+    a = await vend(core, "meterer", queues=["metered"], verbs=list(VERBS))
+    made = [(await push(core, a, f"m{i}", max_attempts=1 if i == 4 else 3))["id"] for i in range(5)]
+    held = (await push(core, a, "held by its owner"))["id"]
+    await todos.claim(core, a.human, held)
+    owners = await snapshot(core, held)
+    unknown = "td_00000000-0000-0000-0000-000000000000"
+    before = _scrape(server.url)
+    async with sdk(server.url, a) as c:
+        got = body(await c.call_tool("claim_next", {"max_todos": 10}))
+        assert [x["todo"]["id"] for x in got["todos"]] == made
+        done = body(await c.call_tool("complete", {"items": [{"id": made[0]}, {"id": held}, {"id": made[1]},
+                                                             {"id": unknown}]}))
+        assert [(r["ok"], r.get("error", {}).get("code")) for r in done["results"]] == [
+            (True, None), (False, "conflict"), (True, None), (False, "not_found")]
+        failed = body(await c.call_tool("fail", {"items": [{"id": made[2]}, {"id": made[0]}, {"id": held},
+                                                           {"id": made[3], "retry": False}, {"id": made[4]}]}))
+        assert [(r["ok"], r.get("error", {}).get("code")) for r in failed["results"]] == [
+            (True, None), (False, "conflict"), (False, "conflict"), (True, None), (True, None)]
+    after = _scrape(server.url)
+    rose = {k: after[k] - before.get(k, 0.0) for k in after
+            if after[k] != before.get(k, 0.0) and ("queue", "metered") in k[1]}
+    assert rose == {
+        ("switchboard_todos_claimed_total", (("queue", "metered"),)): 5,
+        ("switchboard_todo_attempts_closed_total", (("outcome", "completed"), ("queue", "metered"))): 2,
+        ("switchboard_todo_attempts_closed_total", (("outcome", "failed"), ("queue", "metered"))): 3,
+        ("switchboard_todos_completed_total", (("outcome", "complete"), ("queue", "metered"))): 2,
+        ("switchboard_todos_completed_total", (("outcome", "fail"), ("queue", "metered"))): 3,
+    }
+    assert await snapshot(core, held) == owners
     assert await check(core) == []
 
 

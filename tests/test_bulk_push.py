@@ -313,6 +313,33 @@ async def test_the_batch_route_pushes_answers_in_order_and_is_idempotent(server)
     http.close()
 
 
+async def test_the_team_batch_route_takes_1_to_1000_todos(server):
+    """As the endpoint route: a team's `todos:batch` with an empty list or 1,001 todos (each a good
+    todo of the team's queue) is 400 `invalid` naming `todos`, and nothing is pushed; 1,000 are taken."""
+    from conftest import core_for
+    from switchboard.core import api_tokens
+    from team_world import make_fleet
+
+    srv, uri = server
+    async with core_for(uri) as c:
+        fleet = await make_fleet(c, members=2)
+        token, _ = await api_tokens.create(c, fleet.humans[1], scope_name="write")
+        before = await fingerprint(c)
+    http = httpx.Client(base_url=srv.url + "/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    for todos_value in ([], items(1001, queues=("work",), key=None), items(1001, queues=("work",))):
+        r = http.post(f"/teams/{fleet.slug}/todos:batch", json={"todos": todos_value})
+        assert r.status_code == 400, r.text
+        assert (r.json()["error"]["code"], r.json()["error"]["argument"]) == ("invalid", "todos"), r.text
+    async with core_for(uri) as c:
+        assert await fingerprint(c) == before
+        assert (await sql(c, "SELECT count(*) AS n FROM todos t JOIN teams m ON m.id = t.team_id"
+                             " WHERE m.slug = %s", (fleet.slug,)))[0]["n"] == 0
+    r = http.post(f"/teams/{fleet.slug}/todos:batch", json={"todos": items(1000, queues=("work",))})
+    assert r.status_code == 201 and (r.json()["created"], r.json()["existing"]) == (1000, 0), r.text
+    assert {x["todo"]["queue"] for x in r.json()["results"]} == {fleet.label}
+    http.close()
+
+
 def test_the_batch_route_is_in_the_openapi_document(server):
     srv, _ = server
     doc = httpx.get(srv.url + "/api/v1/openapi.json").json()
