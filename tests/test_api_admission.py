@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 
+import httpx
 import pytest
 
 from switchboard.core import api_tokens, humans
@@ -170,3 +171,35 @@ async def test_a_scope_that_is_neither_an_endpoint_nor_a_team_is_invalid(core, s
         alice.refused("PUT", policy_path(scope, "build"), {}, status=400, code="invalid", argument="scope")
     alice.refused("GET", policy_path("endpoint:abc", "bad queue"), status=400, code="invalid", argument="queue")
     alice.refused("GET", policy_path("team:crew", "bad queue"), status=400, code="invalid", argument="queue")
+
+
+async def test_the_document_lists_the_admission_and_batch_routes(server):  # noqa: F811
+    """The served OpenAPI document has the six admission operations and both bulk pushes (an
+    endpoint's `todos:batch` and a team's), each under its path with its method and nothing else."""
+    document = httpx.get(server.url + "/api/v1/openapi.json").json()
+    paths = document["paths"]
+    admission = {("/api/v1/admission", "get"): "admission_list",
+                 ("/api/v1/admission/{scope}/{queue}", "get"): "admission_show",
+                 ("/api/v1/admission/{scope}/{queue}", "put"): "admission_set",
+                 ("/api/v1/admission/{scope}/{queue}", "delete"): "admission_clear",
+                 ("/api/v1/admission/{scope}/{queue}/pause", "post"): "admission_pause",
+                 ("/api/v1/admission/{scope}/{queue}/resume", "post"): "admission_resume"}
+    batch = {("/api/v1/endpoints/{slug}/todos:batch", "post"): "todo_push_batch",
+             ("/api/v1/teams/{team}/todos:batch", "post"): "team_todo_push_batch"}
+    for routes in (admission, batch):
+        for path in {p for p, _ in routes}:
+            assert set(paths[path]) == {m for p, m in routes if p == path}, path
+        for (path, method), operation_id in routes.items():
+            assert paths[path][method]["operationId"] == operation_id, (path, method)
+    listed = {(path, method) for path, ops in paths.items() for method in ops if path.startswith("/api/v1/admission")}
+    assert listed == set(admission)
+    tagged = {(path, method) for path, ops in paths.items() for method, op in ops.items()
+              if "admission" in op.get("tags", ())}
+    assert tagged == set(admission)
+    assert {(path, method) for path, ops in paths.items() for method in ops if path.endswith(":batch")} == set(batch)
+    for path, parameter in (("/api/v1/admission/{scope}/{queue}", "scope"),
+                            ("/api/v1/admission/{scope}/{queue}", "queue"),
+                            ("/api/v1/endpoints/{slug}/todos:batch", "slug"),
+                            ("/api/v1/teams/{team}/todos:batch", "team")):
+        for op in paths[path].values():
+            assert any(p["name"] == parameter and p["in"] == "path" for p in op.get("parameters", [])), (path, op)

@@ -229,3 +229,39 @@ def test_team_commands_remote_match_local(server, config_home):
     assert pushed[0]["created"] is True and pushed[1]["created"] is False
     assert pushed[0]["todo"]["source"] == "api"
     assert json.loads(far.runs[17][2])["todos"][0]["id"] == pushed[0]["todo"]["id"]
+
+
+# ---------------------------------------------------------------------------- a team todo, from outside
+
+def test_a_team_todo_is_to_a_non_member_what_an_unknown_todo_is(server, config_home):
+    """`todo show` and `todo cancel` of a team's todo, by someone outside the team, on the local
+    database and against the server: stdout, stderr and exit code byte-identical to those for an id
+    that does not exist, with --json and without; the todo is untouched."""
+    world = Local(server, config_home)
+    owner = world.env(world.human())
+    team = team_slug()
+    label = f"team:{team}/deploys"
+    ok(owner, "team", "create", team)
+    todo = ok(owner, "todo", "push", "--queue", label, "--title", "Rotate the signing key")["todo"]
+    unknown = "td_" + str(uuid.uuid4())
+    assert unknown != todo["id"]
+
+    outsiders = {"local": world.env(world.human()),
+                 "remote": World(server, config_home, remote=True).env}
+    for where, outsider in outsiders.items():
+        for command in ("show", "cancel"):
+            for extra in (("--json",), ()):
+                theirs = sb(outsider, "todo", command, todo["id"], *extra)
+                nowhere = sb(outsider, "todo", command, unknown, *extra)
+                assert theirs.returncode == nowhere.returncode == 1, (where, command, extra, theirs.stderr)
+                assert theirs.stdout == nowhere.stdout, (where, command, extra)
+                assert theirs.stderr == nowhere.stderr, (where, command, extra)
+                assert "signing key" not in theirs.stdout + theirs.stderr
+                if extra:
+                    assert json.loads(theirs.stdout)["error"]["code"] == "not_found", (where, command)
+        plain = sb(outsider, "todo", "show", todo["id"])
+        assert plain.stdout == "" and plain.stderr.startswith("error: not_found"), (where, plain.stderr)
+        assert len(plain.stderr.splitlines()) == 1, (where, plain.stderr)
+
+    shown = ok(owner, "todo", "show", todo["id"])
+    assert shown["state"] == "pending" and shown["team"] == team

@@ -143,12 +143,21 @@ def migrate(target: int | None = typer.Option(None, "--to", help="Stop after thi
 
 @endpoint_app.command("vend")
 def endpoint_vend(agent: str = typer.Option(..., "--agent", help="The agent's name (created if new)."),
-                  queue: list[str] = typer.Option([], "--queue", help="Granted queue (repeatable; default inbox)."),
+                  queue: list[str] = typer.Option(
+                      [], "--queue",
+                      help="Granted queue (repeatable; default inbox). A team queue is team:<team-slug>/<queue>: "
+                           "a member's vend answers awaiting_grant for it, and the endpoint claims nothing there "
+                           "until a team owner or admin grants it; an owner's or admin's vend is granted at once."),
                   verb: list[str] = typer.Option([], "--verb",
                                                 help="Granted verb (repeatable; default the drain family)."),
                   lease_ttl: int | None = typer.Option(None, "--lease-ttl", help="Default lease, 60-86400 s."),
                   user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
-    """Vend an MCP endpoint (URL + credential shown once) for an agent."""
+    """Vend an MCP endpoint (URL + credential shown once) for an agent.
+
+    A team queue is named `--queue team:<team-slug>/<queue>`; you must be a member of the team (else
+    not_found). An owner's or admin's vend is granted the team queue at once. A member's vend answers
+    awaiting_grant with that queue: the endpoint claims nothing there until a team owner or admin grants
+    it (`switchboard team grant <team-slug> <queue> <endpoint-slug>`)."""
     out = backend(user).endpoint_vend(agent=agent, queues=queue or None, verbs=verb or None, lease_ttl=lease_ttl)
 
     def text(o: dict) -> None:
