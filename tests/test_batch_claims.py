@@ -302,8 +302,8 @@ async def test_a_batch_close_reports_per_item_and_a_foreign_id_is_an_unknown_one
 
 async def test_complete_batch_takes_each_summary_from_its_result_as_complete_does(core):
     """REQ-5 with the operator's opt-in (attempt_summary_from_result): an item with a result and no
-    summary gets the compact JSON of its result as its attempt's summary, cut as complete cuts it; an
-    explicit summary still wins; no result is no summary. Each item's attempt reads as the attempt of
+    summary (or an empty one, stored as none) gets the compact JSON of its result as its attempt's
+    summary, cut as complete cuts it; an explicit summary still wins; no result is no summary. Each item's attempt reads as the attempt of
     the same report given to the single complete."""
     core.settings = core.settings.model_copy(update={"attempt_summary_from_result": True})
     w = await make_world(core)
@@ -334,7 +334,7 @@ async def test_complete_batch_takes_each_summary_from_its_result_as_complete_doe
     assert summaries[:2] == ['{"error":"tests red"}', '{"b":[1,2],"é":null}']
     assert got[2][2] is True and summaries[2].startswith('{"log":"€€')
     assert len(summaries[2].encode()) <= inputs.SUMMARY_MAX_BYTES and len(summaries[2].encode()) > 2000
-    assert summaries[3:] == ["mine", '"plain text"', "0", "no result", None, None]
+    assert summaries[3:] == ["mine", '"plain text"', "0", "no result", None, '{"error":"x"}']  # "" is none
     assert [r for _, _, r in got].count(True) == 1
     for t, report in zip(batched, reports, strict=True):  # result keeps its meaning, on the todo
         assert (await todo_row(core, t))["result"] == report.get("result")

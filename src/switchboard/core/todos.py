@@ -112,7 +112,8 @@ def _report(core: Core, summary: str | None, artifact: str | None, result: JsonV
     art = inputs.artifact(artifact)
     result_json = inputs.json_value(result, "result", inputs.RESULT_MAX_BYTES)
     text, cut = inputs.summary(summary)
-    if text is None and summary is None and core.settings.attempt_summary_from_result and result is not None:
+    # An empty summary is no summary (it is stored as null), so the operator's opt-in applies to it too.
+    if text is None and core.settings.attempt_summary_from_result and result is not None:
         text, cut = inputs.summary_from_result(result)
     return {"summary": text, "summary_truncated": cut, "artifact": art,
             "result": Jsonb(result) if result_json is not None else None}
