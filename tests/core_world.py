@@ -5,7 +5,10 @@ Time is moved by SQL (a lease is lapsed, a retry made due), never by sleeping.
 
 from __future__ import annotations
 
+import io
+import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from switchboard.core import endpoints, humans, invariants, todos
@@ -84,3 +87,30 @@ async def fail_until_dead(core: Core, caller, todo_id: str, n: int, *, summary_p
         out = await todos.fail(core, caller, todo_id, summary=f"{summary_prefix} {i + 1}")
         if not out["dead_letter"]:
             await make_due(core, todo_id)
+
+
+def capture_logs() -> tuple[io.StringIO, Callable[[], str]]:
+    """Every record of the product's loggers, formatted by both formatters into one string buffer;
+    `stop()` detaches the handlers and returns what was logged."""
+    from switchboard.logs import JsonFormatter, TextFormatter
+
+    stream = io.StringIO()
+    handlers = []
+    for fmt in (JsonFormatter(), TextFormatter()):
+        h = logging.StreamHandler(stream)
+        h.setFormatter(fmt)
+        h.setLevel(logging.DEBUG)
+        handlers.append(h)
+    ours = logging.getLogger("switchboard")
+    old_level = ours.level
+    ours.setLevel(logging.DEBUG)
+    for h in handlers:
+        ours.addHandler(h)
+
+    def stop() -> str:
+        for h in handlers:
+            ours.removeHandler(h)
+        ours.setLevel(old_level)
+        return stream.getvalue()
+
+    return stream, stop

@@ -303,8 +303,8 @@ async def test_a_batch_close_reports_per_item_and_a_foreign_id_is_an_unknown_one
 async def test_complete_batch_takes_each_summary_from_its_result_as_complete_does(core):
     """REQ-5 with the operator's opt-in (attempt_summary_from_result): an item with a result and no
     summary (or an empty one, stored as none) gets the compact JSON of its result as its attempt's
-    summary, cut as complete cuts it; an explicit summary still wins; no result is no summary. Each item's attempt reads as the attempt of
-    the same report given to the single complete."""
+    summary, cut as complete cuts it; an explicit summary still wins; no result is no summary. Each
+    item's attempt reads as the attempt of the same report given to the single complete."""
     core.settings = core.settings.model_copy(update={"attempt_summary_from_result": True})
     w = await make_world(core)
     reports = [{"result": {"error": "tests red"}},

@@ -770,23 +770,9 @@ async def test_req19_classify_miss_not_found_conflict_forbidden(core):
 async def test_req19_logs_carry_no_token_summary_or_artifact(core):
     """Every record the core logs during a fenced life (including a subscriber that fails with the
     attempt in its message) is formatted by both formatters without a secret or report text."""
-    import io
-    import logging
+    from core_world import capture_logs
 
-    from switchboard.logs import JsonFormatter, TextFormatter
-
-    stream = io.StringIO()
-    handlers = []
-    for fmt in (JsonFormatter(), TextFormatter()):
-        h = logging.StreamHandler(stream)
-        h.setFormatter(fmt)
-        h.setLevel(logging.DEBUG)
-        handlers.append(h)
-    root = logging.getLogger("switchboard")
-    old_level = root.level
-    root.setLevel(logging.DEBUG)
-    for h in handlers:
-        root.addHandler(h)
+    _, stop = capture_logs()
 
     def leaky(event):
         raise RuntimeError(f"subscriber saw {event.closed_attempt} {event.final_attempt}")
@@ -804,10 +790,7 @@ async def test_req19_logs_carry_no_token_summary_or_artifact(core):
                          artifact="mcp://cairn/artifact51ab", result={"secret": "result-text-51ab"})
         await sweeps.sweep_once(core)
     finally:
-        for h in handlers:
-            root.removeHandler(h)
-        root.setLevel(old_level)
-    logged = stream.getvalue()
+        logged = stop()
     assert "subscriber failed" in logged  # the failing subscriber was logged, and only its class name
     for secret in (got.lease_token, "wrong-token-9c1d", credential, "summary-text-51ab", "artifact51ab",
                    "result-text-51ab", "label-7f3a"):

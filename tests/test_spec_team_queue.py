@@ -15,20 +15,17 @@ Time moves by SQL, never by sleeping.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import logging
 import uuid
 
 import pytest
 
 from conftest import make_settings, start_thread_server
-from core_world import attempt_rows, check, lapse, make_due, snapshot, sql, todo_row
+from core_world import attempt_rows, capture_logs, check, lapse, make_due, snapshot, sql, todo_row
 from mcp_support import Agent, body, error_body, eventually, sdk
 from switchboard.core import endpoints, humans, shapes, sweeps, teams, todos
 from switchboard.core.errors import Conflict, Forbidden, Invalid, NotFound
 from switchboard.core.queries import Q
-from switchboard.logs import JsonFormatter, TextFormatter
 from team_world import make_fleet
 
 # --------------------------------------------------------------------------------------- attempts
@@ -882,30 +879,6 @@ async def test_team_req19_over_mcp_fence_mismatch_is_conflict(core, server):
     assert a["ended_at"] is None and a["last_heartbeat_at"] is not None
 
 
-def _capture_logs():
-    """Every record of the product's loggers, formatted by both formatters into one string buffer."""
-    stream = io.StringIO()
-    handlers = []
-    for fmt in (JsonFormatter(), TextFormatter()):
-        h = logging.StreamHandler(stream)
-        h.setFormatter(fmt)
-        h.setLevel(logging.DEBUG)
-        handlers.append(h)
-    ours = logging.getLogger("switchboard")
-    old_level = ours.level
-    ours.setLevel(logging.DEBUG)
-    for h in handlers:
-        ours.addHandler(h)
-
-    def stop() -> str:
-        for h in handlers:
-            ours.removeHandler(h)
-        ours.setLevel(old_level)
-        return stream.getvalue()
-
-    return stream, stop
-
-
 def _tool_calls(text: str) -> list[dict]:
     records = (json.loads(ln) for ln in text.splitlines() if ln.startswith("{"))
     return [r for r in records if r.get("msg") == "tool call"]
@@ -917,7 +890,7 @@ async def test_team_req19_logs_carry_no_token_summary_or_artifact(core):
     def leaky(event):
         raise RuntimeError(f"subscriber saw {event.closed_attempt} {event.final_attempt}")
 
-    _, stop = _capture_logs()
+    _, stop = capture_logs()
     core.bus.subscribe(leaky)
     try:
         f = await make_fleet(core)
@@ -949,7 +922,7 @@ async def test_team_req19_over_mcp_logs_carry_no_token_summary_or_artifact(core,
     f = await make_fleet(core)
     t = await f.push(max_attempts=5)
     secrets = list(f.credentials)
-    stream, stop = _capture_logs()
+    stream, stop = capture_logs()
     try:
         async with sdk(server.url, _agent(f, 1)) as c, sdk(server.url, _agent(f, 2)) as d:
             got = body(await c.call_tool("claim_next", {"require_fence": True, "claimant": "label-claimant-3d4e"}))
