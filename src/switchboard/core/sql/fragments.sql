@@ -606,6 +606,16 @@ a.last_heartbeat_at AS "closed.last_heartbeat_at", a.ended_at AS "closed.ended_a
 a.outcome AS "closed.outcome", a.disposition AS "closed.disposition", a.summary AS "closed.summary",
 a.summary_truncated AS "closed.summary_truncated", a.artifact AS "closed.artifact", nullif(a.notes, '[]'::jsonb) AS "closed.notes"
 
+-- name: policy_in_flight
+-- The leases in flight on the queue identity of policy `p` (claimed and live, or parked for input),
+-- counted no further than its cap: enough to say whether the cap is reached.
+(SELECT count(*) FROM (SELECT 1 FROM todos f
+                        WHERE f.queue = p.queue
+                          AND (CASE WHEN p.team_id IS NULL THEN f.endpoint_id = p.endpoint_id
+                                    ELSE f.team_id = p.team_id END)
+                          AND (f.state = 'input-required' OR (f.state = 'claimed' AND f.lease_expires_at >= now()))
+                        LIMIT p.max_in_flight) z)
+
 -- name: held_back
 -- Whether admission control holds the queue identity of todo `t` back now, as `admission_status`
 -- judges it (`switchboard_admission_state`, migration 0029: paused, a limit of 0, the window's budget
@@ -618,10 +628,4 @@ EXISTS (
      WHERE p.queue = t.queue AND (p.endpoint_id = t.endpoint_id OR p.team_id = t.team_id)
        AND switchboard_admission_state(
                p.paused, p.max_in_flight, p.max_claims_per_window, switchboard_admission_used(p.id, w.ws),
-               (SELECT count(*) FROM (SELECT 1 FROM todos f
-                                       WHERE f.queue = p.queue
-                                         AND (CASE WHEN p.team_id IS NULL THEN f.endpoint_id = p.endpoint_id
-                                                   ELSE f.team_id = p.team_id END)
-                                         AND (f.state = 'input-required'
-                                              OR (f.state = 'claimed' AND f.lease_expires_at >= now()))
-                                       LIMIT p.max_in_flight) z)) <> 'open')
+               {{policy_in_flight}}) <> 'open')

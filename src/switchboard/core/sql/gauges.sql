@@ -37,13 +37,7 @@ SELECT v.queue, v.status,
                    p.paused, p.max_in_flight, p.max_claims_per_window,
                    switchboard_admission_used(p.id, switchboard_window_start(
                        p.window_period, p.window_tz, p.window_start_minute, p.window_weekday, now())),
-                   (SELECT count(*) FROM (SELECT 1 FROM todos t
-                                           WHERE t.queue = p.queue
-                                             AND (CASE WHEN p.team_id IS NULL THEN t.endpoint_id = p.endpoint_id
-                                                       ELSE t.team_id = p.team_id END)
-                                             AND (t.state = 'input-required'
-                                                  OR (t.state = 'claimed' AND t.lease_expires_at >= now()))
-                                           LIMIT p.max_in_flight) z)) AS status
+                   {{policy_in_flight}}) AS status
           FROM admission_policies p) v
 
 -- name: statement_timeout
