@@ -114,3 +114,21 @@ def capture_logs() -> tuple[io.StringIO, Callable[[], str]]:
         return stream.getvalue()
 
     return stream, stop
+
+
+async def age_out_all_but_live(core: Core, done: dict, live: dict[str, dict]) -> None:
+    """REQ-11's retention by age: every todo made 40 days old (a parked retry still due tomorrow, a
+    claimed lease still live), one sweep; the terminal `done` goes with its attempts, every todo of
+    `live` (pending, claimed, parked, input; by those names) stays."""
+    from switchboard.core import sweeps
+
+    await sql(core, "UPDATE todos SET updated_at = now() - interval '40 days', created_at = now() - interval '40 days'")
+    await sql(core, "UPDATE todos SET next_retry_at = now() + interval '1 day' WHERE id = %s",
+              (live["parked"]["id"],))
+    await sql(core, "UPDATE todos SET lease_expires_at = now() + interval '1 day' WHERE id = %s",
+              (live["claimed"]["id"],))
+    report = await sweeps.sweep_once(core)
+    assert report.retention_deleted == 1
+    assert await todo_row(core, done["id"]) is None and await attempt_rows(core, done["id"]) == []
+    for t in live.values():
+        assert await todo_row(core, t["id"]) is not None

@@ -10,7 +10,18 @@ import uuid
 
 import pytest
 
-from core_world import attempt_rows, check, fail_until_dead, lapse, make_due, make_world, snapshot, sql, todo_row
+from core_world import (
+    age_out_all_but_live,
+    attempt_rows,
+    check,
+    fail_until_dead,
+    lapse,
+    make_due,
+    make_world,
+    snapshot,
+    sql,
+    todo_row,
+)
 from switchboard.core import endpoints, events, shapes, sweeps, todos
 from switchboard.core.errors import Conflict, Forbidden, Invalid, NotFound
 from switchboard.core.models import EndpointCaller, HumanCaller, effective_verbs
@@ -622,16 +633,7 @@ async def test_req11_retention_removes_history_with_the_todo(core):
     live["input"] = await w.todo("input")
     await todos.claim(core, w.e1, live["input"]["id"])
     await todos.request_input(core, w.e1, live["input"]["id"])
-    await sql(core, "UPDATE todos SET updated_at = now() - interval '40 days', created_at = now() - interval '40 days'")
-    await sql(core, "UPDATE todos SET next_retry_at = now() + interval '1 day' WHERE id = %s",
-              (live["parked"]["id"],))
-    await sql(core, "UPDATE todos SET lease_expires_at = now() + interval '1 day' WHERE id = %s",
-              (live["claimed"]["id"],))
-    report = await sweeps.sweep_once(core)
-    assert report.retention_deleted == 1
-    assert await todo_row(core, done["id"]) is None and await attempt_rows(core, done["id"]) == []
-    for t in live.values():
-        assert await todo_row(core, t["id"]) is not None
+    await age_out_all_but_live(core, done, live)
     assert len(await attempt_rows(core, live["claimed"]["id"])) == 1
     assert await check(core) == []
 

@@ -21,7 +21,7 @@ import uuid
 import pytest
 
 from conftest import make_settings, start_thread_server
-from core_world import attempt_rows, capture_logs, check, lapse, make_due, snapshot, sql, todo_row
+from core_world import age_out_all_but_live, attempt_rows, capture_logs, check, lapse, make_due, snapshot, sql, todo_row
 from mcp_support import Agent, body, error_body, eventually, sdk
 from switchboard.core import endpoints, humans, shapes, sweeps, teams, todos
 from switchboard.core.errors import Conflict, Forbidden, Invalid, NotFound
@@ -654,16 +654,7 @@ async def test_team_req11_retention_removes_history_with_the_team_todo(core):
     await todos.fail(core, holder, live["parked"]["id"])
     await todos.claim(core, holder, live["input"]["id"])
     await todos.request_input(core, holder, live["input"]["id"])
-    await sql(core, "UPDATE todos SET updated_at = now() - interval '40 days', created_at = now() - interval '40 days'")
-    await sql(core, "UPDATE todos SET next_retry_at = now() + interval '1 day' WHERE id = %s",
-              (live["parked"]["id"],))
-    await sql(core, "UPDATE todos SET lease_expires_at = now() + interval '1 day' WHERE id = %s",
-              (live["claimed"]["id"],))
-    report = await sweeps.sweep_once(core)
-    assert report.retention_deleted == 1
-    assert await todo_row(core, done["id"]) is None and await attempt_rows(core, done["id"]) == []
-    for t in live.values():
-        assert await todo_row(core, t["id"]) is not None
+    await age_out_all_but_live(core, done, live)
     for name in ("claimed", "parked", "input"):
         assert len(await attempt_rows(core, live[name]["id"])) == 1, name
     assert await check(core) == []
