@@ -13,6 +13,10 @@ body the chat expects:
   backslash-escaped for the card's Markdown subset; the Board link is an `Action.OpenUrl`.
 - `generic`: our own JSON: `{"type", "text", "sink", "board_url", "data"}`, text as plain text.
 
+A queue is shown as `endpoint/queue`, or for a team queue (facts with `team` and no endpoint) as its
+label `team:<team-slug>/<queue>`, the address agents use; a stuck team queue links to the Board's
+todo list filtered by the team.
+
 Written text is also stripped of control characters (it becomes one line) and cut: a title to 200
 characters, a summary to 300 (the trigger already cuts it), a name to 64. No payload, no secret, no
 header is ever included: the facts never hold them.
@@ -65,6 +69,15 @@ def _minutes(value: Any) -> str:
     return f"{hours // 24} d {hours % 24} h"
 
 
+def where(facts: dict[str, Any]) -> str:
+    """The queue a message is about: `endpoint/queue` for an endpoint's queue, the label
+    `team:<team-slug>/<queue>` for a team queue (its facts name the team and no endpoint; the label
+    is the address agents use, and it already names the team)."""
+    if facts.get("team") is not None:
+        return plain(facts.get("queue"), 128)
+    return f"{plain(facts.get('endpoint'), 64)}/{plain(facts.get('queue'), 64)}"
+
+
 # ----------------------------------------------------------------------------- the content
 
 def content(event: str, facts: dict[str, Any], *, base_url: str, sink_name: str) -> dict[str, Any]:
@@ -73,22 +86,22 @@ def content(event: str, facts: dict[str, Any], *, base_url: str, sink_name: str)
     base = base_url.rstrip("/")
     if event == "dead_letter":
         title = plain(facts.get("title"), 200)
-        where = f"{plain(facts.get('endpoint'), 64)}/{plain(facts.get('queue'), 64)}"
         outcome = plain(facts.get("last_outcome") or "none", 32)
-        lines = [("Queue", where), ("Attempts", str(int(facts.get("attempts_total") or 0))),
+        lines = [("Queue", where(facts)), ("Attempts", str(int(facts.get("attempts_total") or 0))),
                  ("Last attempt", outcome), ("Reason", plain(facts.get("reason"), 32))]
         summary = plain(facts.get("last_summary"), 300) or None
         return {"headline": f"Dead letter: {title}", "lines": lines, "summary": summary,
                 "link": f"{base}/todos/{quote(str(facts.get('todo_id', '')), safe='')}",
                 "color": 0xC0392B}
     if event == "queue_stuck":
-        where = f"{plain(facts.get('endpoint'), 64)}/{plain(facts.get('queue'), 64)}"
-        lines = [("Queue", where), ("Pending", str(int(facts.get("pending") or 0))),
+        queue = where(facts)
+        lines = [("Queue", queue), ("Pending", str(int(facts.get("pending") or 0))),
                  ("Oldest waiting", _minutes(facts.get("waiting_minutes"))),
                  ("Threshold", _minutes(facts.get("stuck_minutes")))]
-        query = urlencode({"endpoint": str(facts.get("endpoint", "")), "queue": str(facts.get("queue", "")),
-                           "state": "pending"})
-        return {"headline": f"Queue stuck: {where} has had a todo waiting with no claim for "
+        scope = {"team": str(facts["team"])} if facts.get("team") is not None else \
+            {"endpoint": str(facts.get("endpoint", ""))}
+        query = urlencode({**scope, "queue": str(facts.get("queue", "")), "state": "pending"})
+        return {"headline": f"Queue stuck: {queue} has had a todo waiting with no claim for "
                             f"{_minutes(facts.get('waiting_minutes'))}",
                 "lines": lines, "summary": None, "link": f"{base}/todos?{query}", "color": 0xE67E22}
     if event == "digest":
@@ -96,7 +109,7 @@ def content(event: str, facts: dict[str, Any], *, base_url: str, sink_name: str)
         lines = []
         for q in queues[:DIGEST_QUEUES_SHOWN]:
             oldest = "none" if q.get("oldest_pending_minutes") is None else _minutes(q["oldest_pending_minutes"])
-            lines.append((f"{plain(q.get('endpoint'), 64)}/{plain(q.get('queue'), 64)}",
+            lines.append((where(q),
                           f"pushed {q.get('pushed', 0)}, done {q.get('done', 0)}, failed {q.get('failed', 0)}, "
                           f"dead-lettered {q.get('dead_lettered', 0)}, oldest pending {oldest}"))
         if len(queues) > DIGEST_QUEUES_SHOWN:

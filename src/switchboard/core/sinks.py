@@ -1,10 +1,13 @@
 """Notification sinks (docs/notifications.md): chat webhooks that hear about dead letters, stuck
 queues and a daily digest of the owner's queues.
 
-A sink belongs to one human (teams do not exist yet; migration 0011 leaves room for a team owner)
-and covers every queue of that human's endpoints. Messages wait in `sink_outbox` until the sender
-(`switchboard.web.sinks`) delivers them:
-- a dead letter: written by the trigger of migration 0011 in the dead-lettering transaction;
+A sink belongs to one human and covers every queue of that human's endpoints, and the team queues
+of every team where that human is an owner or admin at the time of the event (migration 0030; a
+plain member's sinks do not hear about the team's queues, so one team channel does not get a copy
+per member). Messages wait in `sink_outbox` until the sender (`switchboard.web.sinks`) delivers
+them:
+- a dead letter: written by the trigger of migrations 0011 and 0030 in the dead-lettering
+  transaction;
 - a stuck queue (a todo claimable for more than the sink's `stuck_minutes` with no claim): written by
   `tick` once per episode; the queue must recover (no todo waiting that long) before it is reported
   again;
@@ -222,6 +225,17 @@ def digest_date(now: datetime, hour: int, tz_name: str) -> date | None:
     return local.date() if local.hour == hour else None
 
 
+def _digest_row(r: dict[str, Any]) -> dict[str, Any]:
+    """One queue of a digest. A team queue's row has no endpoint, names its team, and its queue is the
+    label `team:<team-slug>/<queue>`; an endpoint queue's row has no `team` key (as before teams)."""
+    row = {"endpoint": r["endpoint"], "queue": r["queue"], "pushed": r["pushed"], "done": r["done"],
+           "failed": r["failed"], "dead_lettered": r["dead_lettered"],
+           "oldest_pending_minutes": r["oldest_pending_minutes"]}
+    if r["team"] is not None:
+        row["team"] = r["team"]
+    return row
+
+
 async def tick(core: Core, *, now: datetime | None = None) -> dict[str, Any]:
     """Queue what is due: stuck-queue messages (and forget queues that recovered), then digests.
     One process at a time (a transaction-level advisory lock); returns what was queued."""
@@ -243,9 +257,7 @@ async def tick(core: Core, *, now: datetime | None = None) -> dict[str, Any]:
                 continue
             c2 = await conn.execute(Q.sinks.digest_stats, {
                 "human_id": sink["owner_human_id"], "since": now - timedelta(days=1), "until": now})
-            queues = [{"endpoint": r["endpoint"], "queue": r["queue"], "pushed": r["pushed"], "done": r["done"],
-                       "failed": r["failed"], "dead_lettered": r["dead_lettered"],
-                       "oldest_pending_minutes": r["oldest_pending_minutes"]} for r in await c2.fetchall()]
+            queues = [_digest_row(r) for r in await c2.fetchall()]
             facts = {"on": on.isoformat(), "timezone": sink["digest_timezone"],
                      "until": now.astimezone(zoneinfo.ZoneInfo(sink["digest_timezone"])).strftime("%Y-%m-%d %H:%M %Z"),
                      "queues": queues}

@@ -47,34 +47,48 @@ SELECT o.id, o.sink_id, o.event, o.state, o.attempts, o.created_at, o.finished_a
 -- created or last returned to the queue) for longer than the sink's stuck_minutes: nothing claimed
 -- it in that time. A newly stuck queue is remembered and gets one message; a remembered queue that
 -- is no longer stuck is forgotten (it recovered), so the next episode is reported again.
-WITH stuck AS (
-    SELECT s.id AS sink_id, e.id AS endpoint_id, e.slug AS endpoint, t.queue, s.stuck_minutes,
-           count(*)::int AS pending, min(t.updated_at) AS pending_since
+-- A sink watches the queues of its human's active endpoints and the team queues of every team where
+-- its human is an owner or admin now (migration 0030); `scope_id` is the endpoint's or the team's id.
+WITH watched AS (
+    SELECT s.id AS sink_id, s.stuck_minutes, e.id AS endpoint_id, NULL::uuid AS team_id, e.slug AS endpoint,
+           NULL::text AS team
       FROM notification_sinks s
       JOIN agents g ON g.human_id = s.owner_human_id
       JOIN endpoints e ON e.agent_id = g.id AND e.state = 'active'
-      JOIN todos t ON t.endpoint_id = e.id AND t.state = 'pending'
      WHERE s.enabled AND 'queue_stuck' = ANY(s.events)
-     GROUP BY s.id, e.id, e.slug, t.queue, s.stuck_minutes
-    HAVING min(t.updated_at) < %(now)s::timestamptz - make_interval(mins => s.stuck_minutes)
+    UNION ALL
+    SELECT s.id, s.stuck_minutes, NULL::uuid, tm.id, NULL::text, tm.slug
+      FROM notification_sinks s
+      JOIN team_members m ON m.human_id = s.owner_human_id AND m.role IN ('owner', 'admin')
+      JOIN teams tm ON tm.id = m.team_id
+     WHERE s.enabled AND 'queue_stuck' = ANY(s.events)
+), stuck AS (
+    SELECT w.sink_id, coalesce(w.endpoint_id, w.team_id) AS scope_id, w.endpoint_id, w.team_id, w.endpoint,
+           w.team, t.queue, w.stuck_minutes, count(*)::int AS pending, min(t.updated_at) AS pending_since
+      FROM watched w
+      JOIN todos t ON (t.endpoint_id = w.endpoint_id OR t.team_id = w.team_id) AND t.state = 'pending'
+     GROUP BY w.sink_id, w.endpoint_id, w.team_id, w.endpoint, w.team, t.queue, w.stuck_minutes
+    HAVING min(t.updated_at) < %(now)s::timestamptz - make_interval(mins => w.stuck_minutes)
 ), recovered AS (
     DELETE FROM sink_stuck_queues q
-     WHERE NOT EXISTS (SELECT 1 FROM stuck x WHERE x.sink_id = q.sink_id AND x.endpoint_id = q.endpoint_id
+     WHERE NOT EXISTS (SELECT 1 FROM stuck x WHERE x.sink_id = q.sink_id
+                                                AND x.scope_id = coalesce(q.endpoint_id, q.team_id)
                                                 AND x.queue = q.queue)
 ), fresh AS (
-    INSERT INTO sink_stuck_queues (sink_id, endpoint_id, queue, since)
-    SELECT sink_id, endpoint_id, queue, %(now)s::timestamptz FROM stuck
+    INSERT INTO sink_stuck_queues (sink_id, endpoint_id, team_id, queue, since)
+    SELECT sink_id, endpoint_id, team_id, queue, %(now)s::timestamptz FROM stuck
     ON CONFLICT DO NOTHING
-    RETURNING sink_id, endpoint_id, queue, since
+    RETURNING sink_id, coalesce(endpoint_id, team_id) AS scope_id, queue, since
 )
 INSERT INTO sink_outbox (sink_id, event, dedup_key, body)
 SELECT f.sink_id, 'queue_stuck',
-       'queue_stuck:' || f.endpoint_id || ':' || f.queue || ':' || (extract(epoch FROM f.since) * 1000000)::bigint,
+       'queue_stuck:' || f.scope_id || ':' || f.queue || ':' || (extract(epoch FROM f.since) * 1000000)::bigint,
        jsonb_build_object(
            'endpoint', x.endpoint, 'queue', f.queue, 'pending', x.pending, 'stuck_minutes', x.stuck_minutes,
            'waiting_minutes', floor(extract(epoch FROM %(now)s::timestamptz - x.pending_since) / 60)::int,
            'pending_since', to_char(x.pending_since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
-  FROM fresh f JOIN stuck x ON x.sink_id = f.sink_id AND x.endpoint_id = f.endpoint_id AND x.queue = f.queue
+       || CASE WHEN x.team IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('team', x.team) END
+  FROM fresh f JOIN stuck x ON x.sink_id = f.sink_id AND x.scope_id = f.scope_id AND x.queue = f.queue
 ON CONFLICT (sink_id, dedup_key) DO NOTHING
 RETURNING id
 
@@ -89,34 +103,44 @@ UPDATE notification_sinks SET digest_last_on = %(on)s
 RETURNING id
 
 -- name: digest_stats
--- Per queue of the owner's endpoints over [since, until): todos pushed, done and dead-lettered,
--- attempts that failed (failed, lease expired or reaped), and how long the oldest pending todo has
--- waited. Queues with nothing in the window and nothing pending are left out.
-WITH mine AS (
-    SELECT e.id, e.slug FROM endpoints e JOIN agents g ON g.id = e.agent_id WHERE g.human_id = %(human_id)s
+-- Per queue of the owner's endpoints, and per team queue of every team where the owner is an owner
+-- or admin (migration 0030), over [since, until): todos pushed, done and dead-lettered, attempts
+-- that failed (failed, lease expired or reaped), and how long the oldest pending todo has waited.
+-- A team queue's row has no endpoint and names its team; its queue is the label team:<slug>/<queue>,
+-- which is never an endpoint's queue name, so (endpoint or '', queue) tells the rows apart. Queues
+-- with nothing in the window and nothing pending are left out.
+WITH scopes AS (
+    SELECT e.id AS endpoint_id, NULL::uuid AS team_id, e.slug AS endpoint, NULL::text AS team
+      FROM endpoints e JOIN agents g ON g.id = e.agent_id WHERE g.human_id = %(human_id)s
+    UNION ALL
+    SELECT NULL::uuid, tm.id, NULL::text, tm.slug
+      FROM team_members m JOIN teams tm ON tm.id = m.team_id
+     WHERE m.human_id = %(human_id)s AND m.role IN ('owner', 'admin')
 ), per_todo AS (
-    SELECT m.slug AS endpoint, t.queue,
+    SELECT s.endpoint, s.team, t.queue,
            count(*) FILTER (WHERE t.created_at >= %(since)s AND t.created_at < %(until)s)::int AS pushed,
            count(*) FILTER (WHERE t.state = 'done' AND t.completed_at >= %(since)s
                               AND t.completed_at < %(until)s)::int AS done,
            count(*) FILTER (WHERE t.state = 'failed' AND t.next_retry_at IS NULL AND t.updated_at >= %(since)s
                               AND t.updated_at < %(until)s)::int AS dead_lettered,
            min(t.updated_at) FILTER (WHERE t.state = 'pending') AS oldest_pending_since
-      FROM todos t JOIN mine m ON m.id = t.endpoint_id
+      FROM scopes s JOIN todos t ON t.endpoint_id = s.endpoint_id OR t.team_id = s.team_id
      WHERE t.state = 'pending' OR t.updated_at >= %(since)s OR t.created_at >= %(since)s
-     GROUP BY m.slug, t.queue
+     GROUP BY s.endpoint, s.team, t.queue
 ), per_attempt AS (
-    SELECT m.slug AS endpoint, t.queue, count(*)::int AS failed
-      FROM todo_attempts a JOIN todos t ON t.id = a.todo_id JOIN mine m ON m.id = t.endpoint_id
+    SELECT s.endpoint, s.team, t.queue, count(*)::int AS failed
+      FROM scopes s JOIN todos t ON t.endpoint_id = s.endpoint_id OR t.team_id = s.team_id
+      JOIN todo_attempts a ON a.todo_id = t.id
      WHERE a.ended_at >= %(since)s AND a.ended_at < %(until)s
        AND a.outcome IN ('failed', 'lease_expired', 'reaped')
-     GROUP BY m.slug, t.queue
+     GROUP BY s.endpoint, s.team, t.queue
 )
 SELECT coalesce(p.endpoint, f.endpoint) AS endpoint, coalesce(p.queue, f.queue) AS queue,
        coalesce(p.pushed, 0) AS pushed, coalesce(p.done, 0) AS done, coalesce(f.failed, 0) AS failed,
        coalesce(p.dead_lettered, 0) AS dead_lettered,
-       floor(extract(epoch FROM %(until)s::timestamptz - p.oldest_pending_since) / 60)::int AS oldest_pending_minutes
-  FROM per_todo p FULL JOIN per_attempt f ON f.endpoint = p.endpoint AND f.queue = p.queue
+       floor(extract(epoch FROM %(until)s::timestamptz - p.oldest_pending_since) / 60)::int AS oldest_pending_minutes,
+       coalesce(p.team, f.team) AS team
+  FROM per_todo p FULL JOIN per_attempt f ON coalesce(f.endpoint, '') = coalesce(p.endpoint, '') AND f.queue = p.queue
  WHERE coalesce(p.pushed, 0) + coalesce(p.done, 0) + coalesce(f.failed, 0) + coalesce(p.dead_lettered, 0) > 0
     OR p.oldest_pending_since IS NOT NULL
  ORDER BY 1, 2
