@@ -48,6 +48,20 @@ def test_bad_windows_are_invalid_naming_the_field(kwargs, field):
     assert err.value.argument == field
 
 
+@pytest.mark.parametrize("tz", ["right/UTC", "posix/Europe/Paris", "localtime"])
+async def test_a_zone_the_database_cannot_read_is_invalid(core, tz):
+    """Names Python's time zone database accepts and PostgreSQL's does not: refused when set, naming
+    the field, instead of failing every claim of the queue afterwards."""
+    w = await make_world(core)
+    with pytest.raises(Invalid) as err:
+        await admission.set_policy(core, w.h1, "inbox", endpoint=w.slug1, max_in_flight=3,
+                                   window_spec=admission.window(tz=tz))
+    assert err.value.argument == "window.tz"
+    assert await sql(core, "SELECT 1 FROM admission_policies") == []
+    await w.todo()
+    assert (await todos.claim_next(core, w.e1)) is not None
+
+
 async def window_start(core, period, tz, minute, weekday, at) -> datetime:
     rows = await sql(core, "SELECT switchboard_window_start(%s, %s, %s, %s, %s) AS ws",
                      (period, tz, minute, weekday, at))

@@ -368,6 +368,11 @@ async def set_policy(core: Core, human: HumanCaller, queue: object, *, endpoint:
               "paused": paused}
     sql = Q.admission.upsert_team if ident.team_id is not None else Q.admission.upsert_endpoint
     async with core.pool.connection() as conn:
+        try:
+            await conn.execute(Q.admission.zone_known, {"tz": w.tz})
+        except psycopg.errors.InvalidParameterValue:
+            raise Invalid(f"window tz {w.tz!r} is not a time zone this database knows",
+                          argument="window.tz") from None
         await conn.execute(sql, params)
     return (await status(core, human, [ident]))[0]
 

@@ -130,6 +130,12 @@ UPDATE admission_shards s
   FROM unnest(%(ids)s::uuid[], %(shards)s::int[], %(ns)s::int[], %(windows)s::timestamptz[]) AS c(id, shard, n, ws)
  WHERE s.policy_id = c.id AND s.shard = c.shard
 
+-- name: zone_known
+-- PostgreSQL evaluates the windows, so a window's time zone must be one its own time zone database
+-- knows; names Python's accepts and PostgreSQL's does not (`right/UTC`, `posix/...`, `localtime`)
+-- fail here (SQLSTATE 22023) rather than in every later claim, read and ring of the queue.
+SELECT now() AT TIME ZONE %(tz)s::text AS local
+
 -- name: upsert_endpoint
 -- Set the policy of an endpoint's queue (a new one, or new limits for an old one; its charges stay).
 INSERT INTO admission_policies (endpoint_id, queue, max_in_flight, max_claims_per_window, window_period,
