@@ -130,6 +130,33 @@ async def test_a_team_ring_goes_to_a_session_that_listens(core, server):  # noqa
         assert not deaf.channel and not deaf.updated
 
 
+async def test_a_team_todo_rings_one_session_across_processes(core, pg_uri):
+    """Two serving processes, each holding a listening session of an endpoint that reaches the team
+    queue: each push rings one of the two sessions in all (the first process to take the ring's turn),
+    not one per process."""
+    from conftest import start_process_server
+    from team_world import make_fleet
+
+    fleet = await make_fleet(core, members=2, endpoints=2)
+    one_agent = _Agent(fleet.credentials[0], fleet.ep_slugs[0])
+    two_agent = _Agent(fleet.credentials[1], fleet.ep_slugs[1])
+    proc_a, proc_b = start_process_server(pg_uri), start_process_server(pg_uri)
+    try:
+        async with ringing(proc_a.url, one_agent) as (_, one), ringing(proc_b.url, two_agent) as (_, two):
+            warm = await fleet.push("warm-up")  # both streams are open once each has been offered a ring
+            await asyncio.wait_for(_until(lambda: one.rings_for(warm["id"]) or two.rings_for(warm["id"])), 15)
+            await asyncio.sleep(1.0)
+            pushed = [await fleet.push(f"job {n}") for n in range(6)]
+            for todo in pushed:
+                await asyncio.wait_for(_until(lambda t=todo: one.rings_for(t["id"]) or two.rings_for(t["id"])), 15)
+            await asyncio.sleep(1.0)  # time for a second process's ring to arrive
+            for todo in pushed:
+                assert len(one.rings_for(todo["id"])) + len(two.rings_for(todo["id"])) == 1, todo["id"]
+    finally:
+        proc_a.stop()
+        proc_b.stop()
+
+
 class _Agent:
     """What `ringing` needs of a vended agent: its credential and its MCP URL."""
 

@@ -24,6 +24,22 @@ async def pending_by_ids(core: Core, ids: Iterable[str]) -> list[dict[str, Any]]
         return await cur.fetchall()
 
 
+async def take_team_turns(core: Core, todo: dict[str, Any], *, want: int, slots: int = 1) -> int:
+    """How many of the `slots` rings of a ready team todo this process takes, at most `want` (the
+    sessions it could ring); the others were taken by other processes, whose sessions they ring. The
+    todo is a `pending_by_ids` row (its version and re-rings name the ring)."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.rings.take_team_turns, {
+            "todo_id": todo["id"], "version": todo["updated_at"], "rings": todo["ring_attempts"],
+            "slots": max(slots, 1), "want": want})
+        return len(await cur.fetchall())
+
+
+async def prune_team_turns(core: Core) -> None:
+    async with core.pool.connection() as conn:
+        await conn.execute(Q.rings.prune_team_turns)
+
+
 async def oldest_pending(core: Core, endpoint_id: UUID | str, queues: Iterable[str],
                          limit: int = 5) -> list[dict[str, Any]]:
     names = list(queues)

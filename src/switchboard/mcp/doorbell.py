@@ -109,7 +109,7 @@ class Doorbell:
         self._unlisten: Callable[[], None] | None = None
         self.gate: dict[str, float] = {}
         self.rering_intervals: tuple[float, ...] = rings.RERING_INTERVALS
-        self.stats = {"rung": 0, "gated": 0, "notifications": 0}
+        self.stats = {"rung": 0, "gated": 0, "notifications": 0, "elsewhere": 0}
         self._tasks: set[asyncio.Task] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.welcomed: set[str] = set()  # sessions whose opening ring is done (tests wait on it)
@@ -175,7 +175,7 @@ class Doorbell:
         for todo in self._ringable(await rings.pending_by_ids(self.runtime.core, wanted)):
             forced = wanted[todo["id"]].get("reason") == "rering"
             if todo.get("team_id"):
-                await self.ring_team(todo, use_gate=not forced, count=_count(wanted[todo["id"]]))
+                await self.ring_team(todo, use_gate=not forced, count=_count(wanted[todo["id"]]), shared=True)
             else:
                 await self.ring(todo, use_gate=not forced)
 
@@ -211,9 +211,12 @@ class Doorbell:
         return sent
 
     async def on_tick(self, core: Core | None = None) -> None:
-        """The sweep tick: the re-ring of unclaimed todos, then the queues that reopened."""
+        """The sweep tick: the re-ring of unclaimed todos, then the queues that reopened; and the team
+        rings' old turns dropped."""
         await self.rering(core)
         await self.reopen()
+        if self.runtime.is_open:
+            await rings.prune_team_turns(self.runtime.core)
 
     def _has_team_queue(self, label: str) -> bool:
         """Whether a session or listen stream here names this team queue (before asking the database
@@ -221,13 +224,16 @@ class Doorbell:
         return (any(label in live.caller.queues for live in self.sessions.all())
                 or any(label in stream.queues for stream in self.listeners.all()))
 
-    async def ring_team(self, todo: dict, *, use_gate: bool = True, count: int = 1) -> int:
+    async def ring_team(self, todo: dict, *, use_gate: bool = True, count: int = 1, shared: bool = False) -> int:
         """A ready team todo rings ONE session or listen stream here: among those of endpoints that
         reach its queue now (granted, their human a member) and that would hear it (a listen stream, or
         a session subscribed to the queue or with the channel), the one rung least recently (issue 13;
         docs/decisions.md D35). The gate and the re-queue rules are per todo, as for any todo. A
         wake-up for `count` todos pushed by one statement (a bulk push names its first todo) rings
-        up to `count` of them, least recently rung first: one per todo, as if each had rung."""
+        up to `count` of them, least recently rung first: one per todo, as if each had rung.
+        `shared`: a wake-up every process hears; this process rings only the turns it takes in the
+        database (`rings.take_team_turns`, migration 0031), so the todo rings one session in all,
+        not one per process."""
         todo_id = str(todo["id"])
         if use_gate and self._gated(todo_id):
             self.stats["gated"] += 1
@@ -247,6 +253,13 @@ class Doorbell:
             return 0
         picked = sorted(choices, key=lambda c: (c[0], c[1]))[:max(count, 1)]
         self._mark(todo_id)
+        if shared:
+            taken = await rings.take_team_turns(self.runtime.core, todo, want=len(picked), slots=count)
+            if taken < len(picked):
+                self.stats["elsewhere"] += len(picked) - taken  # rung by another process
+            picked = picked[:taken]
+            if not picked:
+                return 0
         now = time.monotonic()
         if len(self.team_rung) > 10_000:
             self.team_rung.clear()

@@ -2,8 +2,10 @@
 
 -- name: pending_by_ids
 -- The todos named by wake-ups that are still waiting to be claimed, each with whether admission
--- control holds its queue back now (`held`: no push for it).
-SELECT t.id, t.endpoint_id, t.team_id, t.queue, t.title, t.kind, t.source, {{held_back}} AS held FROM todos t
+-- control holds its queue back now (`held`: no push for it), and for a team todo the version that is
+-- ready and its re-rings, which name its ring's turn (take_team_turns).
+SELECT t.id, t.endpoint_id, t.team_id, t.queue, t.title, t.kind, t.source, t.updated_at, t.ring_attempts,
+       {{held_back}} AS held FROM todos t
  WHERE t.id = ANY(%(ids)s::text[]) AND t.state = 'pending'
 
 -- name: oldest_pending
@@ -72,3 +74,24 @@ RETURNING x.id, x.ring_attempts,
 SELECT id, endpoint_id, team_id, queue, title, kind, source FROM todos
  WHERE team_id = %(team_id)s::uuid AND queue = %(queue)s AND state = 'pending'
  ORDER BY created_at LIMIT 1
+
+-- name: take_team_turns
+-- Up to %(want)s of the %(slots)s turns of one ring of a team todo (migration 0031): the slots no
+-- process took yet, taken for this one. Two processes taking at once split them (a slot goes to
+-- whichever inserts it first), so each slot rings one session in all.
+WITH free AS (
+    SELECT k FROM generate_series(1, %(slots)s::int) AS k
+     WHERE NOT EXISTS (SELECT 1 FROM team_ring_turns r
+                        WHERE r.todo_id = %(todo_id)s AND r.version = %(version)s
+                          AND r.rings = %(rings)s AND r.slot = k)
+     ORDER BY k
+     LIMIT %(want)s
+)
+INSERT INTO team_ring_turns (todo_id, version, rings, slot)
+SELECT %(todo_id)s, %(version)s, %(rings)s, k FROM free
+ON CONFLICT DO NOTHING
+RETURNING slot
+
+-- name: prune_team_turns
+-- Turns are needed while every process hears one wake-up: seconds. Older ones go.
+DELETE FROM team_ring_turns WHERE taken_at < now() - interval '10 minutes'
