@@ -154,7 +154,7 @@ async def test_a_policy_that_cannot_be_read_fails_closed(core):
     with pytest.raises(Unavailable) as err:
         await admission.status(core, None, [admission.Identity(queue="inbox", endpoint_id=w.e1.endpoint_id,
                                                                team_id=None)])
-    assert err.value.argument == "queue"
+    assert "admission policies" in err.value.message
     with pytest.raises(Unavailable):
         await admission.status_for_endpoint(core, w.e1)
 

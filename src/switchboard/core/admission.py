@@ -439,7 +439,7 @@ async def _status_rows(core: Core, params: dict[str, Any]) -> list[DictRow]:
             return await cur.fetchall()
         except psycopg.DatabaseError as exc:
             raise Unavailable("the admission policies of these queues cannot be read now; their claims are "
-                              "deferred (admission_unavailable)", argument="queue") from exc
+                              "deferred (admission_unavailable)") from exc
 
 
 async def show(core: Core, human: HumanCaller, queue: object, *, endpoint: object = None) -> dict[str, Any]:
