@@ -1,32 +1,75 @@
 """`switchboard hook add|list|remove|enable|deliveries`: notify hooks (signed outbound webhooks) of an
-endpoint's todo events. The signing secret is printed once, by `add`."""
+endpoint's todo events, or of a team's (`--team <team-slug>`, managed by the team's owners and admins).
+The signing secret is printed once, by `add`."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import typer
 
-from .backend import backend
-from .common import emit
+from . import remote
+from .backend import Local, Remote, backend
+from .common import emit, fail_usage, human, run
 
-app = typer.Typer(no_args_is_help=True, help="Notify hooks: signed webhooks for an endpoint's todo events.")
+app = typer.Typer(no_args_is_help=True, help="Notify hooks: signed webhooks for an endpoint's or a team's todo events.")
 UserOpt = typer.Option(None, "--user", help="Local-admin act: on this machine's database, act as this human without "
                                              "their credential (default: SWITCHBOARD_USER). Refused against a "
                                              "remote server, where the API token's human acts.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object.")
+TeamOpt = typer.Option(None, "--team", help="A team's hooks (its slug) instead of an endpoint's: the team's todo "
+                                            "events; added, removed and enabled by its owners and admins.")
+
+
+def _one_owner(slug: str | None, team: str | None) -> None:
+    if (slug is None) == (team is None):
+        fail_usage("name the endpoint (its slug) or --team <team-slug>, exactly one of the two", argument="team")
+
+
+def _on_team(user: str | None, local: Callable[[Any, Any], Awaitable[Any]], api: Callable[[Remote], Any]) -> Any:
+    """A team's hooks where the command acts: the core on this machine's database (as `--user`), or
+    the server's human API (`/teams/<team>/hooks`)."""
+    where = backend(user)
+    if isinstance(where, Local):
+        async def work(core):
+            return await local(core, await human(core, where.user))
+
+        return run(work)
+    return api(where)
+
+
+def _team_path(team: str, *rest: str) -> str:
+    return "/".join([f"/teams/{remote.seg(team)}/hooks", *(remote.seg(r) for r in rest)])
+
+
+def _owner(h: dict) -> str:
+    return f"team {h['team']}" if h.get("team") else h["endpoint"]
 
 
 @app.command("add")
-def hook_add(slug: str = typer.Argument(..., help="The endpoint whose todo events are sent."),
+def hook_add(slug: str | None = typer.Argument(None, help="The endpoint whose todo events are sent (or --team)."),
              url: str = typer.Option(..., "--url", help="https target that receives the events."),
              event: list[str] = typer.Option([], "--event", help="todo.created, todo.ready, todo.completed or "
                                                                   "todo.dead_lettered (repeatable; default all)."),
-             user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
-    """Subscribe a URL to an endpoint's todo events; prints the signing secret once."""
-    out = backend(user).hook_add(slug, url=url, events=event or None)
+             team: str | None = TeamOpt, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Subscribe a URL to an endpoint's or a team's todo events; prints the signing secret once."""
+    _one_owner(slug, team)
+    if team is None:
+        out = backend(user).hook_add(slug or "", url=url, events=event or None)
+    else:
+        from ..core import hooks
+
+        async def local(core, h):
+            hook, secret = await hooks.add_for_team(core, h, team, url=url, events=event or None)
+            return {"hook": hook, "signing_secret": secret}
+
+        body: dict[str, Any] = {"url": url, **({"events": event} if event else {})}
+        out = _on_team(user, local, lambda r: r.api.post(_team_path(team), body))
 
     def text(o: dict) -> None:
         h = o["hook"]
-        typer.echo(f"hook {h['hook_id']} on {h['endpoint']}\n  url:     {h['url']}\n"
+        typer.echo(f"hook {h['hook_id']} on {_owner(h)}\n  url:     {h['url']}\n"
                    f"  events:  {', '.join(h['events'])}\n  secret:  {o['signing_secret']}   (shown once; "
                    "verify the webhook-signature header with it)")
 
@@ -34,10 +77,19 @@ def hook_add(slug: str = typer.Argument(..., help="The endpoint whose todo event
 
 
 @app.command("list")
-def hook_list(slug: str = typer.Argument(..., help="The endpoint."), user: str | None = UserOpt,
-              as_json: bool = JsonOpt) -> None:
-    """List an endpoint's notify hooks (never their secrets)."""
-    out = backend(user).hook_list(slug)
+def hook_list(slug: str | None = typer.Argument(None, help="The endpoint (or --team)."), team: str | None = TeamOpt,
+              user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
+    """List an endpoint's or a team's notify hooks (never their secrets)."""
+    _one_owner(slug, team)
+    if team is None:
+        out = backend(user).hook_list(slug or "")
+    else:
+        from ..core import hooks
+
+        async def local(core, h):
+            return {"hooks": await hooks.list_for_team(core, h, team)}
+
+        out = _on_team(user, local, lambda r: r.api.get(_team_path(team)))
 
     def text(o: dict) -> None:
         if not o["hooks"]:
@@ -51,25 +103,57 @@ def hook_list(slug: str = typer.Argument(..., help="The endpoint."), user: str |
 
 
 @app.command("remove")
-def hook_remove(hook_id: str = typer.Argument(..., metavar="ID"), user: str | None = UserOpt,
-                as_json: bool = JsonOpt) -> None:
-    """Remove a notify hook with its pending notifications."""
-    emit(backend(user).hook_remove(hook_id), as_json, lambda o: typer.echo(f"removed hook {o['removed']['hook_id']}"))
+def hook_remove(hook_id: str = typer.Argument(..., metavar="ID"), team: str | None = TeamOpt,
+                user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Remove a notify hook with its pending notifications (a team's with --team)."""
+    if team is None:
+        out = backend(user).hook_remove(hook_id)
+    else:
+        from ..core import hooks
+
+        async def local(core, h):
+            return {"removed": await hooks.remove_for_team(core, h, team, hook_id)}
+
+        out = _on_team(user, local, lambda r: r.api.delete(_team_path(team, hook_id)))
+    emit(out, as_json, lambda o: typer.echo(f"removed hook {o['removed']['hook_id']}"))
 
 
 @app.command("enable")
-def hook_enable(hook_id: str = typer.Argument(..., metavar="ID"), user: str | None = UserOpt,
-                as_json: bool = JsonOpt) -> None:
-    """Turn a hook disabled after repeated failures back on (its failure count starts again at 0)."""
-    emit(backend(user).hook_enable(hook_id), as_json, lambda o: typer.echo(f"enabled hook {o['hook']['hook_id']}"))
+def hook_enable(hook_id: str = typer.Argument(..., metavar="ID"), team: str | None = TeamOpt,
+                user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Turn a hook disabled after repeated failures back on (its failure count starts again at 0; a
+    team's with --team)."""
+    if team is None:
+        out = backend(user).hook_enable(hook_id)
+    else:
+        from ..core import hooks
+
+        async def local(core, h):
+            return {"hook": await hooks.enable_for_team(core, h, team, hook_id)}
+
+        out = _on_team(user, local, lambda r: r.api.post(_team_path(team, hook_id, "enable")))
+    emit(out, as_json, lambda o: typer.echo(f"enabled hook {o['hook']['hook_id']}"))
 
 
 @app.command("deliveries")
-def hook_deliveries(slug: str = typer.Argument(..., help="The endpoint."),
-                    limit: int = typer.Option(20, "--limit"), user: str | None = UserOpt,
-                    as_json: bool = JsonOpt) -> None:
+def hook_deliveries(slug: str | None = typer.Argument(None, help="The endpoint (or --team)."),
+                    limit: int = typer.Option(20, "--limit"), team: str | None = TeamOpt,
+                    user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """The delivery log: the newest notifications and how their last attempt went."""
-    out = backend(user).hook_deliveries(slug, limit=limit)
+    _one_owner(slug, team)
+    if team is None:
+        out = backend(user).hook_deliveries(slug or "", limit=limit)
+    else:
+        from ..core import hooks
+
+        async def local(core, h):
+            return {"deliveries": await hooks.deliveries_for_team(core, h, team, limit=limit)}
+
+        def api(r: Remote) -> dict:
+            got = r.api.get(_team_path(team, "deliveries"), limit=limit)
+            return {"deliveries": [{k: v for k, v in d.items() if k != "attempt_log"} for d in got["deliveries"]]}
+
+        out = _on_team(user, local, api)
 
     def text(o: dict) -> None:
         if not o["deliveries"]:

@@ -1,9 +1,12 @@
-"""Notify hooks (SYSTEM.md section 10): per-endpoint outbound webhooks for todo events.
+"""Notify hooks (SYSTEM.md section 10): outbound webhooks for todo events.
 
-A hook belongs to one endpoint and is managed by the endpoint's owning human. The transition trigger
-of migration 0003 writes one outbox row per subscribed hook in the transition's own transaction; the
-sender (`switchboard.web.hooks`) delivers them after commit with the functions at the end of this
-module. The signing secret (`whsec_…`) is returned once, at creation.
+A hook belongs to one endpoint or to one team (migration 0032). An endpoint's hooks are managed by the
+endpoint's owning human and get its todos' events; a team's are added, removed and enabled by the
+team's owners and admins, listed (with their delivery log) by any member, and get the team's todos'
+events. Outside the team everything is the team's not_found. The transition trigger writes one outbox
+row per subscribed hook in the transition's own transaction; the sender (`switchboard.web.hooks`)
+delivers them after commit with the functions at the end of this module. The signing secret
+(`whsec_…`) is returned once, at creation.
 """
 
 from __future__ import annotations
@@ -13,18 +16,19 @@ import ipaddress
 import secrets
 import socket
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
-from . import shapes
+from . import shapes, teams
 from .endpoints import get_for_human
-from .errors import Conflict, Invalid, NotFound
+from .errors import Conflict, Forbidden, Invalid, NotFound
 from .models import Core, HumanCaller
 from .queries import Q, one
 
 EVENTS = ("todo.created", "todo.ready", "todo.completed", "todo.dead_lettered")
-MAX_PER_ENDPOINT = 5
+MAX_PER_ENDPOINT = 5  # and per team
 URL_MAX_BYTES = 2048
 BODY_MAX_BYTES = 4096
 
@@ -172,11 +176,19 @@ def _events(values: Any) -> list[str]:
     return list(dict.fromkeys(values))
 
 
+def _owner_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """Whose hook a row is: `endpoint` (null for a team's hook), and `team` for a team's hook only."""
+    out = {"endpoint": row["endpoint_slug"]}
+    if row.get("team_slug") is not None:
+        out["team"] = row["team_slug"]
+    return out
+
+
 def public(row: dict[str, Any]) -> dict[str, Any]:
     """A hook as its owner sees it in lists: never the secret; the URL query redacted."""
     return {
         "hook_id": str(row["id"]),
-        "endpoint": row["endpoint_slug"],
+        **_owner_fields(row),
         "url": redact(row["url"]),
         "events": list(row["events"]),
         "enabled": row["enabled"],
@@ -191,37 +203,96 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ the owner's API
 
+@dataclass(frozen=True)
+class Owner:
+    """Whose hooks: one endpoint's (`kind` "endpoint") or one team's (`kind` "team")."""
+
+    kind: str
+    id: uuid.UUID
+    slug: str
+
+    @property
+    def columns(self) -> dict[str, Any]:
+        """The hook row's owner columns: this owner's id and slug, the other pair null."""
+        endpoint = self.kind == "endpoint"
+        return {"endpoint_id": self.id if endpoint else None, "endpoint_slug": self.slug if endpoint else None,
+                "team_id": None if endpoint else self.id, "team_slug": None if endpoint else self.slug}
+
+
+async def _endpoint(core: Core, human: HumanCaller, slug: Any) -> Owner:
+    """One of the human's endpoints (anything else is the endpoint's not_found)."""
+    endpoint = await get_for_human(core, human, slug)
+    return Owner("endpoint", endpoint["id"], endpoint["slug"])
+
+
+async def _team(core: Core, human: HumanCaller, slug: Any, *, manage: str | None) -> Owner:
+    """A team the human belongs to: outside it, the team's not_found (the same as for a team that does
+    not exist); with `manage` (what is being done), a plain member is forbidden."""
+    team = await teams.membership(core, human, slug)
+    if manage is not None and team["role"] not in teams.MANAGERS:
+        raise Forbidden(f"only a team owner or admin may {manage}", argument="team")
+    return Owner("team", team["id"], team["slug"])
+
+
 async def add(core: Core, human: HumanCaller, slug: Any, *, url: Any, events: Any = None) -> tuple[dict[str, Any], str]:
     """Subscribe a URL to an endpoint's todo events. Returns (hook, signing secret shown once)."""
     endpoint = await get_for_human(core, human, slug)
     if endpoint["state"] != "active":
         raise Invalid("endpoint is revoked", argument="endpoint")
+    return await _add(core, human, Owner("endpoint", endpoint["id"], endpoint["slug"]), url, events)
+
+
+async def add_for_team(core: Core, human: HumanCaller, team: Any, *, url: Any,
+                       events: Any = None) -> tuple[dict[str, Any], str]:
+    """Subscribe a URL to a team's todo events (a team owner or admin). Returns (hook, signing secret
+    shown once)."""
+    owner = await _team(core, human, team, manage="add notify hooks")
+    return await _add(core, human, owner, url, events)
+
+
+async def _add(core: Core, human: HumanCaller, owner: Owner, url: Any, events: Any) -> tuple[dict[str, Any], str]:
     target = check_url(url, allow_private=core.settings.hooks_allow_private)
     names = _events(events)
     secret = new_secret()
+    endpoint = owner.kind == "endpoint"
     async with core.pool.connection() as conn, conn.transaction():
-        # The endpoint row lock serialises concurrent adds, so the ceiling holds under races.
-        cur = await conn.execute(Q.hooks.lock_endpoint, {"endpoint_id": endpoint["id"]})
+        # The owner's row lock (the endpoint's, or the team's) serialises concurrent adds, so the
+        # ceiling holds under races.
+        if endpoint:
+            cur = await conn.execute(Q.hooks.lock_endpoint, {"endpoint_id": owner.id})
+        else:
+            cur = await conn.execute(Q.hooks.lock_team, {"team_id": owner.id, "human_id": human.human_id})
         if await cur.fetchone() is None:
-            raise Invalid("endpoint is revoked", argument="endpoint")
-        cur = await conn.execute(Q.hooks.count_for_endpoint, {"endpoint_id": endpoint["id"]})
+            if endpoint:
+                raise Invalid("endpoint is revoked", argument="endpoint")
+            raise NotFound("team not found", argument="team")  # gone, or no longer the human's to manage
+        count = Q.hooks.count_for_endpoint if endpoint else Q.hooks.count_for_team
+        cur = await conn.execute(count, owner.columns)
         if (await one(cur))["n"] >= MAX_PER_ENDPOINT:
-            raise Conflict(f"an endpoint has at most {MAX_PER_ENDPOINT} notify hooks; remove one first",
-                           argument="url")
+            raise Conflict(f"{'an endpoint' if endpoint else 'a team'} has at most {MAX_PER_ENDPOINT} notify "
+                           "hooks; remove one first", argument="url")
         cur = await conn.execute(Q.hooks.insert, {
-            "endpoint_id": endpoint["id"], "slug": endpoint["slug"], "url": target, "events": names,
-            "secret": secret, "human_id": human.human_id})
+            **owner.columns, "url": target, "events": names, "secret": secret, "human_id": human.human_id})
         row = await one(cur)
     out = public(row)
     out["url"] = row["url"]
     return out, secret
 
 
-async def list_for_endpoint(core: Core, human: HumanCaller, slug: Any) -> list[dict[str, Any]]:
-    endpoint = await get_for_human(core, human, slug)
+async def _list(core: Core, owner: Owner) -> list[dict[str, Any]]:
+    query = Q.hooks.for_endpoint if owner.kind == "endpoint" else Q.hooks.for_team
     async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.hooks.for_endpoint, {"endpoint_id": endpoint["id"]})
+        cur = await conn.execute(query, owner.columns)
         return [public(r) for r in await cur.fetchall()]
+
+
+async def list_for_endpoint(core: Core, human: HumanCaller, slug: Any) -> list[dict[str, Any]]:
+    return await _list(core, await _endpoint(core, human, slug))
+
+
+async def list_for_team(core: Core, human: HumanCaller, team: Any) -> list[dict[str, Any]]:
+    """A team's hooks, for any member (never a secret)."""
+    return await _list(core, await _team(core, human, team, manage=None))
 
 
 def _hook_id(value: Any) -> uuid.UUID:
@@ -229,6 +300,16 @@ def _hook_id(value: Any) -> uuid.UUID:
         return uuid.UUID(str(value))
     except ValueError:
         raise NotFound("notify hook not found", argument="hook_id") from None
+
+
+async def _one_hook(core: Core, query: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Run a statement that changes at most one hook the caller may change; none is not_found."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(query, params)
+        row = await cur.fetchone()
+    if row is None:
+        raise NotFound("notify hook not found", argument="hook_id")
+    return public(row)
 
 
 async def remove(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = None) -> dict[str, Any]:
@@ -239,13 +320,15 @@ async def remove(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = No
     hid = _hook_id(hook_id)
     if slug is not None:
         await get_for_human(core, human, slug)  # a foreign or unknown slug is the endpoint's not_found
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.hooks.remove_for_human,
-                                 {"id": hid, "human_id": human.human_id, "slug": slug})
-        row = await cur.fetchone()
-    if row is None:
-        raise NotFound("notify hook not found", argument="hook_id")
-    return public(row)
+    return await _one_hook(core, Q.hooks.remove_for_human, {"id": hid, "human_id": human.human_id, "slug": slug})
+
+
+async def remove_for_team(core: Core, human: HumanCaller, team: Any, hook_id: Any) -> dict[str, Any]:
+    """Delete a team's hook (a team owner or admin), with its pending notifications and log. Another
+    team's hook and an unknown id are the same not_found."""
+    owner = await _team(core, human, team, manage="remove notify hooks")
+    return await _one_hook(core, Q.hooks.remove_for_team,
+                           {"id": _hook_id(hook_id), "team_id": owner.id, "human_id": human.human_id})
 
 
 async def enable(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = None) -> dict[str, Any]:
@@ -256,30 +339,45 @@ async def enable(core: Core, human: HumanCaller, hook_id: Any, *, slug: Any = No
     hid = _hook_id(hook_id)
     if slug is not None:
         await get_for_human(core, human, slug)
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.hooks.enable_for_human, {"id": hid, "human_id": human.human_id, "slug": slug})
-        row = await cur.fetchone()
-    if row is None:
-        raise NotFound("notify hook not found", argument="hook_id")
-    return public(row)
+    return await _one_hook(core, Q.hooks.enable_for_human, {"id": hid, "human_id": human.human_id, "slug": slug})
+
+
+async def enable_for_team(core: Core, human: HumanCaller, team: Any, hook_id: Any) -> dict[str, Any]:
+    """Turn a disabled hook of a team back on (a team owner or admin), as `enable` does."""
+    owner = await _team(core, human, team, manage="enable notify hooks")
+    return await _one_hook(core, Q.hooks.enable_for_team,
+                           {"id": _hook_id(hook_id), "team_id": owner.id, "human_id": human.human_id})
 
 
 async def deliveries(core: Core, human: HumanCaller, *, slug: Any = None, hook_id: Any = None,
                      limit: int = 50, with_attempts: bool = False) -> list[dict[str, Any]]:
-    """The delivery log of the human's hooks, newest first (for the Board, the CLI and the API)."""
+    """The delivery log of the human's endpoints' hooks, newest first (for the Board, the CLI and the API)."""
     if slug is not None:
         await get_for_human(core, human, slug)
+    return await _deliveries(core, Q.hooks.deliveries_for_human, {"human_id": human.human_id, "slug": slug},
+                             hook_id=hook_id, limit=limit, with_attempts=with_attempts)
+
+
+async def deliveries_for_team(core: Core, human: HumanCaller, team: Any, *, hook_id: Any = None, limit: int = 50,
+                              with_attempts: bool = False) -> list[dict[str, Any]]:
+    """The delivery log of a team's hooks, newest first, for any member."""
+    owner = await _team(core, human, team, manage=None)
+    return await _deliveries(core, Q.hooks.deliveries_for_team, {"team_id": owner.id},
+                             hook_id=hook_id, limit=limit, with_attempts=with_attempts)
+
+
+async def _deliveries(core: Core, query: str, params: dict[str, Any], *, hook_id: Any, limit: int,
+                      with_attempts: bool) -> list[dict[str, Any]]:
     hid = _hook_id(hook_id) if hook_id is not None else None
     n = max(1, min(int(limit), 500))
     async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.hooks.deliveries_for_human, {
-            "human_id": human.human_id, "slug": slug, "hook_id": hid, "limit": n})
+        cur = await conn.execute(query, {**params, "hook_id": hid, "limit": n})
         rows = await cur.fetchall()
         out = []
         for r in rows:
             item = {
                 "delivery_id": r["id"], "message_id": r["message_id"], "hook_id": str(r["hook_id"]),
-                "endpoint": r["endpoint_slug"], "url": redact(r["url"]), "event": r["event"],
+                **_owner_fields(r), "url": redact(r["url"]), "event": r["event"],
                 "todo_id": r["todo_id"], "state": r["state"], "attempts": r["attempts"],
                 "created_at": shapes.ts(r["created_at"]),
                 "next_attempt_at": shapes.ts(r["next_attempt_at"]) if r["state"] == "pending" else None,

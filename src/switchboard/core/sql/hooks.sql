@@ -1,5 +1,5 @@
--- Notify hooks: per-endpoint subscriptions, the outbox the transition trigger fills
--- (migration 0003) and the delivery log.
+-- Notify hooks: subscriptions of one endpoint or of one team (migration 0032), the outbox the
+-- transition trigger fills (migrations 0003 and 0032) and the delivery log.
 
 -- name: lock_endpoint
 SELECT id FROM endpoints WHERE id = %(endpoint_id)s AND state = 'active' FOR UPDATE
@@ -7,13 +7,28 @@ SELECT id FROM endpoints WHERE id = %(endpoint_id)s AND state = 'active' FOR UPD
 -- name: count_for_endpoint
 SELECT count(*)::int AS n FROM notify_hooks WHERE endpoint_id = %(endpoint_id)s
 
+-- name: lock_team
+-- The team's row, locked while the human still manages it (an owner or admin): concurrent adds to
+-- one team are serialised, so its ceiling holds under races.
+SELECT tm.id FROM teams tm JOIN team_members m ON m.team_id = tm.id
+ WHERE tm.id = %(team_id)s AND m.human_id = %(human_id)s AND m.role IN ('owner', 'admin')
+   FOR UPDATE OF tm
+
+-- name: count_for_team
+SELECT count(*)::int AS n FROM notify_hooks WHERE team_id = %(team_id)s
+
 -- name: insert
-INSERT INTO notify_hooks (endpoint_id, endpoint_slug, url, events, secret, created_by)
-VALUES (%(endpoint_id)s, %(slug)s, %(url)s, %(events)s, %(secret)s, %(human_id)s)
+-- An endpoint's hook (endpoint_id and its slug) or a team's (team_id and its slug); the other pair null.
+INSERT INTO notify_hooks (endpoint_id, endpoint_slug, team_id, team_slug, url, events, secret, created_by)
+VALUES (%(endpoint_id)s, %(endpoint_slug)s, %(team_id)s, %(team_slug)s, %(url)s, %(events)s, %(secret)s,
+        %(human_id)s)
 RETURNING *
 
 -- name: for_endpoint
 SELECT * FROM notify_hooks WHERE endpoint_id = %(endpoint_id)s ORDER BY created_at, id
+
+-- name: for_team
+SELECT * FROM notify_hooks WHERE team_id = %(team_id)s ORDER BY created_at, id
 
 -- name: remove_for_human
 -- Only a hook of one of the human's endpoints (and of the named endpoint when a slug is given);
@@ -33,6 +48,24 @@ UPDATE notify_hooks h
    AND (%(slug)s::text IS NULL OR e.slug = %(slug)s::text)
 RETURNING h.*
 
+-- name: remove_for_team
+-- Only a hook of that team, and only while the human manages the team (an owner or admin); anything
+-- else matches nothing (not_found).
+DELETE FROM notify_hooks h
+ USING team_members m
+ WHERE h.id = %(id)s AND h.team_id = %(team_id)s
+   AND m.team_id = h.team_id AND m.human_id = %(human_id)s AND m.role IN ('owner', 'admin')
+RETURNING h.*
+
+-- name: enable_for_team
+-- Re-enable a hook of that team while the human manages it; anything else matches nothing (not_found).
+UPDATE notify_hooks h
+   SET enabled = true, consecutive_failures = 0, disabled_reason = NULL, disabled_at = NULL
+  FROM team_members m
+ WHERE h.id = %(id)s AND h.team_id = %(team_id)s
+   AND m.team_id = h.team_id AND m.human_id = %(human_id)s AND m.role IN ('owner', 'admin')
+RETURNING h.*
+
 -- name: deliveries_for_human
 -- The delivery log: the newest notifications of the human's hooks with their latest attempt.
 SELECT o.id, o.message_id, o.hook_id, o.event, o.todo_id, o.state, o.attempts, o.created_at,
@@ -47,6 +80,21 @@ SELECT o.id, o.message_id, o.hook_id, o.event, o.todo_id, o.state, o.attempts, o
                       ORDER BY x.attempt DESC LIMIT 1) d ON true
  WHERE g.human_id = %(human_id)s
    AND (%(slug)s::text IS NULL OR e.slug = %(slug)s::text)
+   AND (%(hook_id)s::uuid IS NULL OR o.hook_id = %(hook_id)s::uuid)
+ ORDER BY o.id DESC
+ LIMIT %(limit)s
+
+-- name: deliveries_for_team
+-- The delivery log of a team's hooks (membership is checked by the caller): as deliveries_for_human.
+SELECT o.id, o.message_id, o.hook_id, o.event, o.todo_id, o.state, o.attempts, o.created_at,
+       o.next_attempt_at, o.finished_at, h.url, h.endpoint_slug, h.team_slug,
+       d.started_at AS last_attempt_at, d.status_code AS last_status_code, d.result AS last_result,
+       d.error AS last_error, d.duration_ms AS last_duration_ms
+  FROM hook_outbox o
+  JOIN notify_hooks h ON h.id = o.hook_id
+  LEFT JOIN LATERAL (SELECT * FROM hook_deliveries x WHERE x.outbox_id = o.id
+                      ORDER BY x.attempt DESC LIMIT 1) d ON true
+ WHERE h.team_id = %(team_id)s
    AND (%(hook_id)s::uuid IS NULL OR o.hook_id = %(hook_id)s::uuid)
  ORDER BY o.id DESC
  LIMIT %(limit)s

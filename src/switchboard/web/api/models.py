@@ -278,7 +278,9 @@ class Vended(Reply):
 
 class Hook(Reply):
     hook_id: str
-    endpoint: str
+    endpoint: str | None = Field(description="The endpoint whose todo events it sends; null for a team's hook.")
+    team: str | None = Field(None, description="A team's hook: the team whose todo events it sends (absent "
+                                               "for an endpoint's hook).")
     url: str
     events: list[str]
     enabled: bool
@@ -325,7 +327,8 @@ class Delivery(Reply):
     delivery_id: int
     message_id: str
     hook_id: str
-    endpoint: str
+    endpoint: str | None = Field(description="The hook's endpoint; null for a team's hook.")
+    team: str | None = Field(None, description="A team's hook: its team (absent for an endpoint's hook).")
     url: str
     event: str
     todo_id: str | None

@@ -261,6 +261,34 @@ async def hook_deliveries(call: Call) -> Response:
     return json_reply({"deliveries": rows})
 
 
+async def add_team_hook(call: Call) -> Response:
+    f = call.fields()
+    hook, secret = await hooks.add_for_team(call.core, call.human, call.path("team"), url=f.get("url"),
+                                            events=f.get("events"))
+    return json_reply({"hook": hook, "signing_secret": secret}, 201, secret=True)
+
+
+async def list_team_hooks(call: Call) -> Response:
+    return json_reply({"hooks": await hooks.list_for_team(call.core, call.human, call.path("team"))})
+
+
+async def remove_team_hook(call: Call) -> Response:
+    return json_reply({"removed": await hooks.remove_for_team(call.core, call.human, call.path("team"),
+                                                              call.path("hook_id"))})
+
+
+async def enable_team_hook(call: Call) -> Response:
+    return json_reply({"hook": await hooks.enable_for_team(call.core, call.human, call.path("team"),
+                                                           call.path("hook_id"))})
+
+
+async def team_hook_deliveries(call: Call) -> Response:
+    assert isinstance(call.query, m.DeliveriesQuery)
+    rows = await hooks.deliveries_for_team(call.core, call.human, call.path("team"), hook_id=call.query.hook_id,
+                                           limit=call.query.limit, with_attempts=True)
+    return json_reply({"deliveries": rows})
+
+
 # ------------------------------------------------------------------------------------------ teams
 
 async def create_team(call: Call) -> Response:
@@ -502,6 +530,24 @@ OPERATIONS: list[Operation] = [
               description="Newest first, each with its attempts."),
     Operation("DELETE", "/api/v1/endpoints/{slug}/hooks/{hook_id}", "hook_remove", "hooks", "Remove a notify hook",
               remove_hook, m.HookRemoved, description="With its pending notifications."),
+    # a team's hooks
+    Operation("POST", "/api/v1/teams/{team}/hooks", "team_hook_add", "hooks", "Add a notify hook to a team",
+              add_team_hook, m.HookCreated, status=201, body=m.HookRequest,
+              description="Owners and admins: a signed webhook of the team's todo events (the body names the "
+                          "team, `endpoint` null); the signing secret is shown once. A team you are not a member "
+                          "of is 404, the same body as one that does not exist; a plain member is 403."),
+    Operation("GET", "/api/v1/teams/{team}/hooks", "team_hook_list", "hooks", "List a team's notify hooks",
+              list_team_hooks, m.HookList,
+              description="Any member. Never a secret; a URL's query string is redacted."),
+    Operation("GET", "/api/v1/teams/{team}/hooks/deliveries", "team_hook_deliveries", "hooks",
+              "The delivery log of a team's hooks", team_hook_deliveries, m.DeliveryList, query=m.DeliveriesQuery,
+              description="Any member. Newest first, each with its attempts."),
+    Operation("DELETE", "/api/v1/teams/{team}/hooks/{hook_id}", "team_hook_remove", "hooks",
+              "Remove a team's notify hook", remove_team_hook, m.HookRemoved,
+              description="Owners and admins, with its pending notifications."),
+    Operation("POST", "/api/v1/teams/{team}/hooks/{hook_id}/enable", "team_hook_enable", "hooks",
+              "Enable a team's disabled notify hook", enable_team_hook, m.HookReply,
+              description="Owners and admins. Its failure count starts again at 0."),
     # teams
     Operation("POST", "/api/v1/teams", "team_create", "teams", "Create a team", create_team, m.TeamCreated,
               status=201, body=m.TeamRequest,
