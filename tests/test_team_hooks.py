@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import psycopg
@@ -26,81 +23,20 @@ import pytest
 from standardwebhooks import Webhook
 from typer.testing import CliRunner
 
-from conftest import clean_database, core_for, create_database, make_settings, run_async, start_thread_server
+from conftest import clean_database, core_for, make_settings, run_async
 from core_world import sql
 from switchboard.core import api_tokens, hooks, humans, teams, todos
 from switchboard.core.errors import Conflict, Forbidden, Invalid, NotFound
 from team_world import make_fleet
+from test_hooks import api, own_core, server  # noqa: F401  (the fixtures and the API helper)
+from test_sinks import receiver  # noqa: F401  (the fixture)
 
 TEAM_FIELDS = {"type", "reason", "todo_id", "queue", "kind", "source", "title", "endpoint", "team", "attempt",
                "attempts_total", "created_at"}
 
 
-# ------------------------------------------------------------------------------- the receiver
-
-@dataclass
-class Receiver:
-    got: list[tuple[str, dict, bytes]] = field(default_factory=list)  # (path, headers, body)
-    port: int = 0
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{path}?token=receiver-query-secret"
-
-    async def wait(self, n: int, timeout: float = 15.0) -> list[tuple[str, dict, bytes]]:
-        deadline = time.monotonic() + timeout
-        while len(self.got) < n:
-            assert time.monotonic() < deadline, f"received {len(self.got)} of {n}: {self.got}"
-            await asyncio.sleep(0.02)
-        return self.got
-
-
-@pytest.fixture
-def receiver():
-    rec = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", "0")))
-            rec.got.append((self.path.split("?")[0].strip("/"), {k.lower(): v for k, v in self.headers.items()},
-                            body))
-            self.send_response(200)
-            self.send_header("content-length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *args) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    rec.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield rec
-    httpd.shutdown()
-    httpd.server_close()
-
-
-@pytest.fixture(scope="module")
-def server(pg_uri):
-    srv = start_thread_server(make_settings(pg_uri))  # hooks_allow_private: the receiver is local http
-    srv.app.state.surfaces.hooks.retry_delays = (0.05, 0.1, 0.1)
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-async def own_core(pg_server):
-    """A core on a database of its own: no server of this session sends its outbox."""
-    uri = create_database(pg_server)
-    async with core_for(uri) as c:
-        c.uri = uri
-        yield c
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{psycopg.conninfo.conninfo_to_dict(uri)["dbname"]}" WITH (FORCE)')
-
-
-def api(srv, token: str, method: str, path: str, **kw) -> httpx.Response:
-    return httpx.request(method, srv.url + path, headers={"Authorization": f"Bearer {token}"}, timeout=30, **kw)
+# The receiver: test_sinks' (an HTTP server in this process recording path, headers and body).
+TEAM_PATH = "/team?token=receiver-query-secret"  # the query checks that lists and logs redact it
 
 
 async def tokens(core, *people) -> list[str]:
@@ -113,10 +49,10 @@ async def outbox(core) -> list[dict]:
 
 # ------------------------------------------------------------------------------- deliveries
 
-async def test_a_team_hook_receives_the_team_todos_events_signed_and_naming_the_team(core, server, receiver):
+async def test_a_team_hook_receives_the_team_todos_events_signed_and_naming_the_team(core, server, receiver):  # noqa: F811
     fleet = await make_fleet(core, members=3)
     owner, _, member = await tokens(core, *fleet.humans)
-    r = api(server, owner, "POST", f"/api/v1/teams/{fleet.slug}/hooks", json={"url": receiver.url("team")})
+    r = api(server, owner, "POST", f"/api/v1/teams/{fleet.slug}/hooks", json={"url": receiver.url(TEAM_PATH)})
     assert r.status_code == 201, r.text
     secret = r.json()["signing_secret"]
     hook = r.json()["hook"]
@@ -131,12 +67,13 @@ async def test_a_team_hook_receives_the_team_todos_events_signed_and_naming_the_
     await todos.claim(core, agent, dead["id"])
     assert (await todos.fail(core, agent, dead["id"], summary="compiler crashed"))["dead_letter"]
 
-    got = await receiver.wait(6)
+    await receiver.wait(6)
+    got = list(receiver.got)
     await asyncio.sleep(0.3)
     assert len(receiver.got) == 6
     bodies = []
     for path, headers, raw in got:
-        assert path == "team" and headers["webhook-id"].startswith("msg_")
+        assert path == TEAM_PATH and headers["webhook-id"].startswith("msg_")
         bodies.append(Webhook(secret).verify(raw, headers))  # raises when the signature is wrong
     assert sorted((b["todo_id"], b["type"]) for b in bodies) == sorted(
         [(done["id"], "todo.created"), (done["id"], "todo.ready"), (done["id"], "todo.completed"),
@@ -174,28 +111,29 @@ async def test_a_team_hook_receives_the_team_todos_events_signed_and_naming_the_
     assert one["hook_id"] == hook["hook_id"] and one["last_status"] == "200" and one["url"].endswith("?redacted")
 
 
-async def test_endpoint_hooks_and_team_hooks_each_get_their_own_todos_only(core, server, receiver):
+async def test_endpoint_hooks_and_team_hooks_each_get_their_own_todos_only(core, server, receiver):  # noqa: F811
     fleet = await make_fleet(core, members=3)
     other = await make_fleet(core, members=2)
-    _, team_secret = await hooks.add_for_team(core, fleet.humans[0], fleet.slug, url=receiver.url("team"),
+    _, team_secret = await hooks.add_for_team(core, fleet.humans[0], fleet.slug, url=receiver.url(TEAM_PATH),
                                               events=["todo.created"])
-    await hooks.add_for_team(core, other.humans[0], other.slug, url=receiver.url("other-team"),
+    await hooks.add_for_team(core, other.humans[0], other.slug, url=receiver.url("/other-team"),
                              events=["todo.created"])
     # The plain member's endpoint has a hook of its own; that endpoint also drains the team queue.
-    ep_hook, ep_secret = await hooks.add(core, fleet.humans[2], fleet.ep_slugs[2], url=receiver.url("endpoint"),
+    ep_hook, ep_secret = await hooks.add(core, fleet.humans[2], fleet.ep_slugs[2], url=receiver.url("/endpoint"),
                                          events=["todo.created"])
     assert ep_hook["endpoint"] == fleet.ep_slugs[2] and "team" not in ep_hook
 
     team_todo = await fleet.push("for the team")
     own, _ = await todos.create(core, endpoint_id=fleet.endpoints[2].endpoint_id, queue="own", title="for me")
-    got = await receiver.wait(2)
+    await receiver.wait(2)
+    got = list(receiver.got)
     await asyncio.sleep(0.5)
     assert len(receiver.got) == 2, receiver.got
     by_path = {path: (headers, raw) for path, headers, raw in got}
-    assert set(by_path) == {"team", "endpoint"}
-    team_body = Webhook(team_secret).verify(by_path["team"][1], by_path["team"][0])
+    assert set(by_path) == {TEAM_PATH, "/endpoint"}
+    team_body = Webhook(team_secret).verify(by_path[TEAM_PATH][1], by_path[TEAM_PATH][0])
     assert team_body["todo_id"] == team_todo["id"] and team_body["team"] == fleet.slug
-    own_body = Webhook(ep_secret).verify(by_path["endpoint"][1], by_path["endpoint"][0])
+    own_body = Webhook(ep_secret).verify(by_path["/endpoint"][1], by_path["/endpoint"][0])
     # An endpoint todo's body is what it was before team hooks: the endpoint named, no `team` key.
     assert own_body["todo_id"] == own["id"] and own_body["endpoint"] == fleet.ep_slugs[2] and "team" not in own_body
 
@@ -241,7 +179,7 @@ async def test_a_hook_belongs_to_exactly_one_endpoint_or_team(core):
 
 # ----------------------------------------------------------------------- who manages them
 
-async def test_owners_and_admins_manage_a_teams_hooks_members_read_them_outsiders_see_nothing(core, server):
+async def test_owners_and_admins_manage_a_teams_hooks_members_read_them_outsiders_see_nothing(core, server):  # noqa: F811
     fleet = await make_fleet(core, members=3)
     outsider = await humans.add(core, f"out-{uuid.uuid4().hex[:6]}")
     owner, admin, member, stranger = await tokens(core, *fleet.humans, outsider)
@@ -309,7 +247,7 @@ async def test_concurrent_team_adds_at_the_ceiling_admit_exactly_one(core):
     assert all(isinstance(r, Conflict) for r in results if isinstance(r, Exception))
 
 
-async def test_a_team_hooks_target_is_checked_as_an_endpoints_is(own_core, server):
+async def test_a_team_hooks_target_is_checked_as_an_endpoints_is(own_core, server):  # noqa: F811
     core = own_core
     core.settings = make_settings(core.uri, hooks_allow_private=False)
     fleet = await make_fleet(core, members=3)
@@ -409,7 +347,7 @@ def test_cli_team_hooks(pg_uri):
     assert cli("hook", "remove", other, "--user", owner).exit_code == 1
 
 
-def test_the_openapi_document_lists_the_team_hook_routes(server):
+def test_the_openapi_document_lists_the_team_hook_routes(server):  # noqa: F811
     doc = httpx.get(server.url + "/api/v1/openapi.json", timeout=30).json()
     paths = doc["paths"]
     assert {"post", "get"} <= set(paths["/api/v1/teams/{team}/hooks"])
