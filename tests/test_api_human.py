@@ -32,7 +32,8 @@ UNKNOWN = {"slug": "nosuchslug00", "id": "td_00000000-0000-0000-0000-00000000000
 # A body each operation accepts, so a refusal is about the object and not the body.
 GOOD_BODIES = {"todo_push": {"title": "t", "queue": "build"}, "todo_input": {"payload": 1},
                "todo_push_batch": {"todos": [{"title": "t", "queue": "build"}]},
-               "hook_add": {"url": "http://127.0.0.1:9/h"}, "endpoint_vend": {"agent": "a"},
+               "hook_add": {"url": "http://127.0.0.1:9/h"}, "team_hook_add": {"url": "http://127.0.0.1:9/h"},
+               "endpoint_vend": {"agent": "a"},
                "settings_set": {"value": 40}, "team_create": {"slug": "crew"}, "team_member_add": {"human": "bob"},
                "team_member_role": {"role": "member"}, "team_grant": {"queue": "build", "endpoint": "nosuchslug00"},
                "team_ungrant": {"queue": "build", "endpoint": "nosuchslug00"},
