@@ -341,6 +341,48 @@ class Local:
 
         return {"deliveries": run(work)}
 
+    # a team's notify hooks
+    def team_hook_add(self, team: str, *, url: str, events: list[str] | None) -> dict:
+        from ..core import hooks
+
+        async def work(core):
+            return await hooks.add_for_team(core, await human(core, self.user), team, url=url, events=events)
+
+        hook, secret = run(work)
+        return {"hook": hook, "signing_secret": secret}
+
+    def team_hook_list(self, team: str) -> dict:
+        from ..core import hooks
+
+        async def work(core):
+            return await hooks.list_for_team(core, await human(core, self.user), team)
+
+        return {"hooks": run(work)}
+
+    def team_hook_remove(self, team: str, hook_id: str) -> dict:
+        from ..core import hooks
+
+        async def work(core):
+            return await hooks.remove_for_team(core, await human(core, self.user), team, hook_id)
+
+        return {"removed": run(work)}
+
+    def team_hook_enable(self, team: str, hook_id: str) -> dict:
+        from ..core import hooks
+
+        async def work(core):
+            return await hooks.enable_for_team(core, await human(core, self.user), team, hook_id)
+
+        return {"hook": run(work)}
+
+    def team_hook_deliveries(self, team: str, *, limit: int) -> dict:
+        from ..core import hooks
+
+        async def work(core):
+            return await hooks.deliveries_for_team(core, await human(core, self.user), team, limit=limit)
+
+        return {"deliveries": run(work)}
+
     # operator settings and sweeps (the machine's operator: no human involved)
     def settings_get(self, key: str | None) -> dict:
         from ..core import settings_store
@@ -534,6 +576,22 @@ class Remote:
 
     def hook_deliveries(self, slug: str, *, limit: int) -> dict:
         out = self.api.get(f"/endpoints/{remote.seg(slug)}/hooks/deliveries", limit=limit)
+        return {"deliveries": [_without(d, "attempt_log") for d in out["deliveries"]]}
+
+    def team_hook_add(self, team: str, *, url: str, events: list[str] | None) -> dict:
+        return self.api.post(f"/teams/{remote.seg(team)}/hooks", _given(url=url, events=events))
+
+    def team_hook_list(self, team: str) -> dict:
+        return self.api.get(f"/teams/{remote.seg(team)}/hooks")
+
+    def team_hook_remove(self, team: str, hook_id: str) -> dict:
+        return self.api.delete(f"/teams/{remote.seg(team)}/hooks/{remote.seg(hook_id)}")
+
+    def team_hook_enable(self, team: str, hook_id: str) -> dict:
+        return self.api.post(f"/teams/{remote.seg(team)}/hooks/{remote.seg(hook_id)}/enable")
+
+    def team_hook_deliveries(self, team: str, *, limit: int) -> dict:
+        out = self.api.get(f"/teams/{remote.seg(team)}/hooks/deliveries", limit=limit)
         return {"deliveries": [_without(d, "attempt_log") for d in out["deliveries"]]}
 
     # operator settings and sweeps (admins)

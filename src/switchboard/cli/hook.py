@@ -4,14 +4,10 @@ The signing secret is printed once, by `add`."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 import typer
 
-from . import remote
-from .backend import Local, Remote, backend
-from .common import emit, fail_usage, human, run
+from .backend import backend
+from .common import emit, fail_usage
 
 app = typer.Typer(no_args_is_help=True, help="Notify hooks: signed webhooks for an endpoint's or a team's todo events.")
 UserOpt = typer.Option(None, "--user", help="Local-admin act: on this machine's database, act as this human without "
@@ -27,22 +23,6 @@ def _one_owner(slug: str | None, team: str | None) -> None:
         fail_usage("name the endpoint (its slug) or --team <team-slug>, exactly one of the two", argument="team")
 
 
-def _on_team(user: str | None, local: Callable[[Any, Any], Awaitable[Any]], api: Callable[[Remote], Any]) -> Any:
-    """A team's hooks where the command acts: the core on this machine's database (as `--user`), or
-    the server's human API (`/teams/<team>/hooks`)."""
-    where = backend(user)
-    if isinstance(where, Local):
-        async def work(core):
-            return await local(core, await human(core, where.user))
-
-        return run(work)
-    return api(where)
-
-
-def _team_path(team: str, *rest: str) -> str:
-    return "/".join([f"/teams/{remote.seg(team)}/hooks", *(remote.seg(r) for r in rest)])
-
-
 def _owner(h: dict) -> str:
     return f"team {h['team']}" if h.get("team") else h["endpoint"]
 
@@ -55,17 +35,9 @@ def hook_add(slug: str | None = typer.Argument(None, help="The endpoint whose to
              team: str | None = TeamOpt, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Subscribe a URL to an endpoint's or a team's todo events; prints the signing secret once."""
     _one_owner(slug, team)
-    if team is None:
-        out = backend(user).hook_add(slug or "", url=url, events=event or None)
-    else:
-        from ..core import hooks
-
-        async def local(core, h):
-            hook, secret = await hooks.add_for_team(core, h, team, url=url, events=event or None)
-            return {"hook": hook, "signing_secret": secret}
-
-        body: dict[str, Any] = {"url": url, **({"events": event} if event else {})}
-        out = _on_team(user, local, lambda r: r.api.post(_team_path(team), body))
+    where = backend(user)
+    out = (where.hook_add(slug or "", url=url, events=event or None) if team is None
+           else where.team_hook_add(team, url=url, events=event or None))
 
     def text(o: dict) -> None:
         h = o["hook"]
@@ -81,15 +53,8 @@ def hook_list(slug: str | None = typer.Argument(None, help="The endpoint (or --t
               user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """List an endpoint's or a team's notify hooks (never their secrets)."""
     _one_owner(slug, team)
-    if team is None:
-        out = backend(user).hook_list(slug or "")
-    else:
-        from ..core import hooks
-
-        async def local(core, h):
-            return {"hooks": await hooks.list_for_team(core, h, team)}
-
-        out = _on_team(user, local, lambda r: r.api.get(_team_path(team)))
+    where = backend(user)
+    out = where.hook_list(slug or "") if team is None else where.team_hook_list(team)
 
     def text(o: dict) -> None:
         if not o["hooks"]:
@@ -106,15 +71,8 @@ def hook_list(slug: str | None = typer.Argument(None, help="The endpoint (or --t
 def hook_remove(hook_id: str = typer.Argument(..., metavar="ID"), team: str | None = TeamOpt,
                 user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Remove a notify hook with its pending notifications (a team's with --team)."""
-    if team is None:
-        out = backend(user).hook_remove(hook_id)
-    else:
-        from ..core import hooks
-
-        async def local(core, h):
-            return {"removed": await hooks.remove_for_team(core, h, team, hook_id)}
-
-        out = _on_team(user, local, lambda r: r.api.delete(_team_path(team, hook_id)))
+    where = backend(user)
+    out = where.hook_remove(hook_id) if team is None else where.team_hook_remove(team, hook_id)
     emit(out, as_json, lambda o: typer.echo(f"removed hook {o['removed']['hook_id']}"))
 
 
@@ -123,15 +81,8 @@ def hook_enable(hook_id: str = typer.Argument(..., metavar="ID"), team: str | No
                 user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Turn a hook disabled after repeated failures back on (its failure count starts again at 0; a
     team's with --team)."""
-    if team is None:
-        out = backend(user).hook_enable(hook_id)
-    else:
-        from ..core import hooks
-
-        async def local(core, h):
-            return {"hook": await hooks.enable_for_team(core, h, team, hook_id)}
-
-        out = _on_team(user, local, lambda r: r.api.post(_team_path(team, hook_id, "enable")))
+    where = backend(user)
+    out = where.hook_enable(hook_id) if team is None else where.team_hook_enable(team, hook_id)
     emit(out, as_json, lambda o: typer.echo(f"enabled hook {o['hook']['hook_id']}"))
 
 
@@ -141,19 +92,9 @@ def hook_deliveries(slug: str | None = typer.Argument(None, help="The endpoint (
                     user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """The delivery log: the newest notifications and how their last attempt went."""
     _one_owner(slug, team)
-    if team is None:
-        out = backend(user).hook_deliveries(slug or "", limit=limit)
-    else:
-        from ..core import hooks
-
-        async def local(core, h):
-            return {"deliveries": await hooks.deliveries_for_team(core, h, team, limit=limit)}
-
-        def api(r: Remote) -> dict:
-            got = r.api.get(_team_path(team, "deliveries"), limit=limit)
-            return {"deliveries": [{k: v for k, v in d.items() if k != "attempt_log"} for d in got["deliveries"]]}
-
-        out = _on_team(user, local, api)
+    where = backend(user)
+    out = (where.hook_deliveries(slug or "", limit=limit) if team is None
+           else where.team_hook_deliveries(team, limit=limit))
 
     def text(o: dict) -> None:
         if not o["deliveries"]:
