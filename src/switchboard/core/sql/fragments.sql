@@ -629,3 +629,15 @@ EXISTS (
        AND switchboard_admission_state(
                p.paused, p.max_in_flight, p.max_claims_per_window, switchboard_admission_used(p.id, w.ws),
                {{policy_in_flight}}) <> 'open')
+
+-- name: scope_todos
+-- The todos of scope `s`: an endpoint's (`s.endpoint_id`) or a team's (`s.team_id`), the other id
+-- null. A branch per kind, so that each is an index probe and no todo is compared with every scope.
+(SELECT x.* FROM todos x WHERE x.endpoint_id = s.endpoint_id
+ UNION ALL
+ SELECT x.* FROM todos x WHERE x.team_id = s.team_id AND x.team_id IS NOT NULL)
+
+-- name: manages
+-- Team membership `m` is a manager's: an owner or an admin (core/teams.py MANAGERS), who grants,
+-- sets policies and runs the team's hooks, and whose sinks hear about its queues.
+m.role IN ('owner', 'admin')

@@ -11,7 +11,7 @@ SELECT count(*)::int AS n FROM notify_hooks WHERE endpoint_id = %(endpoint_id)s
 -- The team's row, locked while the human still manages it (an owner or admin): concurrent adds to
 -- one team are serialised, so its ceiling holds under races.
 SELECT tm.id FROM teams tm JOIN team_members m ON m.team_id = tm.id
- WHERE tm.id = %(team_id)s AND m.human_id = %(human_id)s AND m.role IN ('owner', 'admin')
+ WHERE tm.id = %(team_id)s AND m.human_id = %(human_id)s AND {{manages}}
    FOR UPDATE OF tm
 
 -- name: count_for_team
@@ -54,7 +54,7 @@ RETURNING h.*
 DELETE FROM notify_hooks h
  USING team_members m
  WHERE h.id = %(id)s AND h.team_id = %(team_id)s
-   AND m.team_id = h.team_id AND m.human_id = %(human_id)s AND m.role IN ('owner', 'admin')
+   AND m.team_id = h.team_id AND m.human_id = %(human_id)s AND {{manages}}
 RETURNING h.*
 
 -- name: enable_for_team
@@ -63,7 +63,7 @@ UPDATE notify_hooks h
    SET enabled = true, consecutive_failures = 0, disabled_reason = NULL, disabled_at = NULL
   FROM team_members m
  WHERE h.id = %(id)s AND h.team_id = %(team_id)s
-   AND m.team_id = h.team_id AND m.human_id = %(human_id)s AND m.role IN ('owner', 'admin')
+   AND m.team_id = h.team_id AND m.human_id = %(human_id)s AND {{manages}}
 RETURNING h.*
 
 -- name: deliveries_for_human

@@ -59,16 +59,16 @@ WITH watched AS (
     UNION ALL
     SELECT s.id, s.stuck_minutes, NULL::uuid, tm.id, NULL::text, tm.slug
       FROM notification_sinks s
-      JOIN team_members m ON m.human_id = s.owner_human_id AND m.role IN ('owner', 'admin')
+      JOIN team_members m ON m.human_id = s.owner_human_id AND {{manages}}
       JOIN teams tm ON tm.id = m.team_id
      WHERE s.enabled AND 'queue_stuck' = ANY(s.events)
 ), stuck AS (
-    SELECT w.sink_id, coalesce(w.endpoint_id, w.team_id) AS scope_id, w.endpoint_id, w.team_id, w.endpoint,
-           w.team, t.queue, w.stuck_minutes, count(*)::int AS pending, min(t.updated_at) AS pending_since
-      FROM watched w
-      JOIN todos t ON (t.endpoint_id = w.endpoint_id OR t.team_id = w.team_id) AND t.state = 'pending'
-     GROUP BY w.sink_id, w.endpoint_id, w.team_id, w.endpoint, w.team, t.queue, w.stuck_minutes
-    HAVING min(t.updated_at) < %(now)s::timestamptz - make_interval(mins => w.stuck_minutes)
+    SELECT s.sink_id, coalesce(s.endpoint_id, s.team_id) AS scope_id, s.endpoint_id, s.team_id, s.endpoint,
+           s.team, t.queue, s.stuck_minutes, count(*)::int AS pending, min(t.updated_at) AS pending_since
+      FROM watched s CROSS JOIN LATERAL {{scope_todos}} t
+     WHERE t.state = 'pending'
+     GROUP BY s.sink_id, s.endpoint_id, s.team_id, s.endpoint, s.team, t.queue, s.stuck_minutes
+    HAVING min(t.updated_at) < %(now)s::timestamptz - make_interval(mins => s.stuck_minutes)
 ), recovered AS (
     DELETE FROM sink_stuck_queues q
      WHERE NOT EXISTS (SELECT 1 FROM stuck x WHERE x.sink_id = q.sink_id
@@ -115,7 +115,7 @@ WITH scopes AS (
     UNION ALL
     SELECT NULL::uuid, tm.id, NULL::text, tm.slug
       FROM team_members m JOIN teams tm ON tm.id = m.team_id
-     WHERE m.human_id = %(human_id)s AND m.role IN ('owner', 'admin')
+     WHERE m.human_id = %(human_id)s AND {{manages}}
 ), per_todo AS (
     SELECT s.endpoint, s.team, t.queue,
            count(*) FILTER (WHERE t.created_at >= %(since)s AND t.created_at < %(until)s)::int AS pushed,
@@ -124,12 +124,12 @@ WITH scopes AS (
            count(*) FILTER (WHERE t.state = 'failed' AND t.next_retry_at IS NULL AND t.updated_at >= %(since)s
                               AND t.updated_at < %(until)s)::int AS dead_lettered,
            min(t.updated_at) FILTER (WHERE t.state = 'pending') AS oldest_pending_since
-      FROM scopes s JOIN todos t ON t.endpoint_id = s.endpoint_id OR t.team_id = s.team_id
+      FROM scopes s CROSS JOIN LATERAL {{scope_todos}} t
      WHERE t.state = 'pending' OR t.updated_at >= %(since)s OR t.created_at >= %(since)s
      GROUP BY s.endpoint, s.team, t.queue
 ), per_attempt AS (
     SELECT s.endpoint, s.team, t.queue, count(*)::int AS failed
-      FROM scopes s JOIN todos t ON t.endpoint_id = s.endpoint_id OR t.team_id = s.team_id
+      FROM scopes s CROSS JOIN LATERAL {{scope_todos}} t
       JOIN todo_attempts a ON a.todo_id = t.id
      WHERE a.ended_at >= %(since)s AND a.ended_at < %(until)s
        AND a.outcome IN ('failed', 'lease_expired', 'reaped')
