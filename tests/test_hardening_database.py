@@ -137,18 +137,19 @@ async def test_a_frozen_database_gives_a_prompt_503_and_a_retryable_tool_error(o
         # database once it ran again (the caller was told `unavailable`): then the todo is held under a
         # lease that nobody renews, and it lapses back to pending like any dead holder's.
         # Or that claim was still running when this one looked, so this one passed over the row it held
-        # (SKIP LOCKED), and it then rolled back: the todo is pending, and the next claim takes it.
+        # (SKIP LOCKED), and it then rolled back: the todo is pending, and a later claim takes it once that
+        # claim's lock is gone (it may still hold the row for a moment after the todo reads as pending).
         got = json.loads(body["content"][0]["text"])
-        if got["empty"]:
+        while got["empty"]:
             listed = json.loads(raw.call("list_todos").json()["result"]["content"][0]["text"])["todos"]
             states = [(t["title"], t["state"]) for t in listed]
-            if states == [("stalled", "pending")]:
-                got = json.loads(raw.call("claim_next").json()["result"]["content"][0]["text"])
-                assert got["todo"]["title"] == "stalled", got
-            else:
-                assert states == [("stalled", "claimed")]
+            if states == [("stalled", "claimed")]:
+                break
+            assert states == [("stalled", "pending")] and time.monotonic() < deadline, states
+            time.sleep(0.2)
+            got = json.loads(raw.call("claim_next").json()["result"]["content"][0]["text"])
         else:
-            assert got["todo"]["title"] == "stalled"
+            assert got["todo"]["title"] == "stalled", got
         assert httpx.get(srv.url + "/healthz", timeout=10).status_code == 200
         raw.close()
     finally:
