@@ -8,7 +8,7 @@ RUN_STAMP := $(VENV)/.installed-run
 # The tests that take the screenshots committed in docs/screens.
 SCREENSHOT_TESTS := tests/test_board_screens.py tests/test_board_auth.py tests/test_board_drawer.py \
                     tests/test_a2ui_render.py tests/test_account.py tests/test_intake_board.py \
-                    tests/test_sinks_board.py tests/test_board_teams.py
+                    tests/test_sinks_board.py tests/test_board_teams.py tests/test_hooks_board.py
 
 .PHONY: run test lint bench bench-peers install browser nginx interop clean screenshots soak
 

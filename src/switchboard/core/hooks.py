@@ -396,6 +396,57 @@ async def _deliveries(core: Core, query: str, params: dict[str, Any], *, hook_id
     return out
 
 
+# ------------------------------------------------------------------------------ every hook a human sees
+
+async def _visible(core: Core, human: HumanCaller, hook_id: uuid.UUID | None) -> list[dict[str, Any]]:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.hooks.visible_to_human, {"human_id": human.human_id, "id": hook_id})
+        return [{**public(r), "manage": r["manage"]} for r in await cur.fetchall()]
+
+
+async def visible(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
+    """Every hook the human sees, oldest first: their endpoints' and their teams' (for the Board's
+    one list). `manage` says whether they may enable or remove it (a team's: an owner or admin)."""
+    return await _visible(core, human, None)
+
+
+async def one_visible(core: Core, human: HumanCaller, hook_id: Any) -> dict[str, Any]:
+    """One hook the human sees, as in `visible`; anything else is not_found, an unknown id's."""
+    rows = await _visible(core, human, _hook_id(hook_id))
+    if not rows:
+        raise NotFound("notify hook not found", argument="hook_id")
+    return rows[0]
+
+
+async def remove_visible(core: Core, human: HumanCaller, hook_id: Any) -> dict[str, Any]:
+    """Remove a hook the human sees, whoever owns it: theirs (`remove`) or a team's they manage
+    (`remove_for_team`; a plain member is forbidden)."""
+    hook = await one_visible(core, human, hook_id)
+    if "team" in hook:
+        return await remove_for_team(core, human, hook["team"], hook["hook_id"])
+    return await remove(core, human, hook["hook_id"])
+
+
+async def enable_visible(core: Core, human: HumanCaller, hook_id: Any) -> dict[str, Any]:
+    """Enable a hook the human sees, as `remove_visible` removes one."""
+    hook = await one_visible(core, human, hook_id)
+    if "team" in hook:
+        return await enable_for_team(core, human, hook["team"], hook["hook_id"])
+    return await enable(core, human, hook["hook_id"])
+
+
+async def log_of(core: Core, human: HumanCaller, hook_id: Any, *,
+                 limit: int = 50) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A hook the human sees and its delivery log, newest first, each delivery with its attempts."""
+    hook = await one_visible(core, human, hook_id)
+    if "team" in hook:
+        log = await deliveries_for_team(core, human, hook["team"], hook_id=hook["hook_id"], limit=limit,
+                                        with_attempts=True)
+    else:
+        log = await deliveries(core, human, hook_id=hook["hook_id"], limit=limit, with_attempts=True)
+    return hook, log
+
+
 # ------------------------------------------------------------------------------ the sender's side
 
 async def claim_due(core: Core, *, limit: int, per_hook: int, lease_seconds: float,

@@ -30,6 +30,22 @@ SELECT * FROM notify_hooks WHERE endpoint_id = %(endpoint_id)s ORDER BY created_
 -- name: for_team
 SELECT * FROM notify_hooks WHERE team_id = %(team_id)s ORDER BY created_at, id
 
+-- name: visible_to_human
+-- The hooks a human sees (only hook %(id)s when given): those of the human's endpoints, which the
+-- human manages, and those of every team the human belongs to, which its owners and admins manage
+-- (`manage`). Anything else is not there: another human's hook reads like an unknown id.
+SELECT h.*, true AS manage
+  FROM notify_hooks h
+  JOIN endpoints e ON e.id = h.endpoint_id
+  JOIN agents g ON g.id = e.agent_id
+ WHERE g.human_id = %(human_id)s AND (%(id)s::uuid IS NULL OR h.id = %(id)s::uuid)
+UNION ALL
+SELECT h.*, {{manages}} AS manage
+  FROM notify_hooks h
+  JOIN team_members m ON m.team_id = h.team_id
+ WHERE m.human_id = %(human_id)s AND (%(id)s::uuid IS NULL OR h.id = %(id)s::uuid)
+ ORDER BY created_at, id
+
 -- name: remove_for_human
 -- Only a hook of one of the human's endpoints (and of the named endpoint when a slug is given);
 -- anything else matches nothing (not_found).

@@ -4,7 +4,8 @@ Starlette routes, Jinja2 templates with autoescape, htmx and Pico CSS served fro
 inline script. Sign-in and sessions live in `login.py` and `sessions.py`, the todos screen and the
 attempt drawer in `todo_pages.py`, vending and revocation in `endpoint_pages.py`, the outcome charts
 and the endpoint queues' admission policies in `queue_pages.py`, teams in `team_pages.py`, the routes
-that change an admission policy in `admission_pages.py`, live updates in `live.py`. `build(runtime)`
+that change an admission policy in `admission_pages.py`, chat sinks in `notification_pages.py`, notify
+hooks and their delivery log in `hook_pages.py`, live updates in `live.py`. `build(runtime)`
 makes the `kit.Board` object; the composition root (`web/app.py`) keeps it as
 `app.state.surfaces.board` (handlers reach it through `kit.board_of(request)`) and passes it to any
 other surface that adds screens (`board.extra_nav` to link them).
@@ -23,6 +24,7 @@ from . import (
     account_pages,
     admission_pages,
     endpoint_pages,
+    hook_pages,
     intake_pages,
     live,
     login,
@@ -45,6 +47,7 @@ def build(runtime: Runtime) -> Board:
     board.hub = live.LiveHub(board)
     board.nav.append(NavLink("Teams", "/teams", "teams"))
     board.nav.append(NavLink("Notifications", "/notifications", "notifications"))
+    board.nav.append(NavLink("Webhooks", "/hooks", "hooks"))
     board.nav.append(NavLink("Intake", "/intakes", "intake"))
     board.nav.append(NavLink("Account", "/account", "account"))
     return board
@@ -65,6 +68,6 @@ def component(board: Board, runtime: Runtime) -> Component:
 
     routes = [*login.routes(), *todo_pages.routes(), *live.routes(), *endpoint_pages.routes(),
               *queue_pages.routes(), *team_pages.routes(), *admission_pages.routes(), *account_pages.routes(),
-              *notification_pages.routes(), *intake_pages.routes(),
+              *notification_pages.routes(), *hook_pages.routes(), *intake_pages.routes(),
               Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
     return Component(name="board", routes=routes, start=start, stop=stop)
