@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from . import shapes, teams
 from .endpoints import get_for_human
-from .errors import Conflict, Forbidden, Invalid, NotFound
+from .errors import Conflict, Invalid, NotFound
 from .models import Core, HumanCaller
 from .queries import Q, one
 
@@ -228,9 +228,7 @@ async def _endpoint(core: Core, human: HumanCaller, slug: Any) -> Owner:
 async def _team(core: Core, human: HumanCaller, slug: Any, *, manage: str | None) -> Owner:
     """A team the human belongs to: outside it, the team's not_found (the same as for a team that does
     not exist); with `manage` (what is being done), a plain member is forbidden."""
-    team = await teams.membership(core, human, slug)
-    if manage is not None and team["role"] not in teams.MANAGERS:
-        raise Forbidden(f"only a team owner or admin may {manage}", argument="team")
+    team = await teams.reach(core, human, slug, manage=manage)
     return Owner("team", team["id"], team["slug"])
 
 

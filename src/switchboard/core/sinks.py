@@ -1,12 +1,14 @@
 """Notification sinks (docs/notifications.md): chat webhooks that hear about dead letters, stuck
 queues and a daily digest of the owner's queues.
 
-A sink belongs to one human and covers every queue of that human's endpoints, and the team queues
-of every team where that human is an owner or admin at the time of the event (migration 0030; a
-plain member's sinks do not hear about the team's queues, so one team channel does not get a copy
-per member). Messages wait in `sink_outbox` until the sender (`switchboard.web.sinks`) delivers
-them:
-- a dead letter: written by the trigger of migrations 0011 and 0030 in the dead-lettering
+A sink belongs to one human or to one team (migration 0033, D60). A human's sink covers every queue
+of that human's endpoints, and the team queues of every team where that human is an owner or admin
+at the time of the event (migration 0030; a plain member's sinks do not hear about the team's
+queues). A team's sink covers that team's queues, whoever manages it; its owners and admins add,
+remove, enable and test it, and every member lists it and reads its messages.
+
+Messages wait in `sink_outbox` until the sender (`switchboard.web.sinks`) delivers them:
+- a dead letter: written by the trigger of migrations 0011, 0030 and 0033 in the dead-lettering
   transaction;
 - a stuck queue (a todo claimable for more than the sink's `stuck_minutes` with no claim): written by
   `tick` once per episode; the queue must recover (no todo waiting that long) before it is reported
@@ -27,7 +29,7 @@ from typing import Any, cast
 
 from psycopg.types.json import Jsonb
 
-from . import shapes
+from . import shapes, teams
 from .errors import Conflict, Invalid, NotFound
 from .hooks import check_url, control_characters, redact
 from .models import Core, HumanCaller
@@ -107,7 +109,8 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
         "stuck_minutes": row["stuck_minutes"],
         "digest_hour": row["digest_hour"],
         "timezone": row["digest_timezone"],
-        "owner": {"human": str(row["owner_human_id"])},
+        "owner": ({"team": row["team_slug"]} if row.get("owner_team_id") is not None
+                  else {"human": str(row["owner_human_id"])}),
         "enabled": row["enabled"],
         "created_at": shapes.ts(row["created_at"]),
         "last_attempt_at": shapes.ts(row["last_attempt_at"]),
@@ -128,17 +131,29 @@ def _sink_id(value: Any) -> uuid.UUID:
 
 # ------------------------------------------------------------------------------ the owner's API
 
-async def add(core: Core, human: HumanCaller, *, kind: Any, url: Any, name: Any = None, events: Any = None,
-              stuck_minutes: Any = None, digest_hour: Any = None, timezone_name: Any = None) -> dict[str, Any]:
-    """Add a sink owned by the human. Every field is checked before anything is stored."""
+def _checked(core: Core, *, kind: Any, url: Any, name: Any = None, events: Any = None, stuck_minutes: Any = None,
+             digest_hour: Any = None, timezone_name: Any = None) -> dict[str, Any]:
+    """A new sink's fields, every one checked before anything is stored."""
     k = _kind(kind)
     target = check_url(url, allow_private=core.settings.hooks_allow_private)
-    values = {
+    return {
         "kind": k, "url": target, "name": _name(name, k), "events": _events(events),
         "stuck_minutes": _int(stuck_minutes, "stuck_minutes", 1, STUCK_MINUTES_MAX, 30),
         "digest_hour": _int(digest_hour, "digest_hour", 0, 23, 9),
-        "timezone": check_timezone(timezone_name), "human_id": human.human_id,
+        "timezone": check_timezone(timezone_name),
     }
+
+
+def _added(row: dict[str, Any]) -> dict[str, Any]:
+    out = public(row)
+    out["url"] = row["url"]  # the owner just typed it
+    return out
+
+
+async def add(core: Core, human: HumanCaller, **fields: Any) -> dict[str, Any]:
+    """Add a sink owned by the human (`kind`, `url`, `name`, `events`, `stuck_minutes`, `digest_hour`,
+    `timezone_name`). Every field is checked before anything is stored."""
+    values = _checked(core, **fields)
     async with core.pool.connection() as conn, conn.transaction():
         # The owner's row lock serialises concurrent adds, so the ceiling holds under races.
         await conn.execute(Q.sinks.lock_owner, {"human_id": human.human_id})
@@ -146,11 +161,25 @@ async def add(core: Core, human: HumanCaller, *, kind: Any, url: Any, name: Any 
         if (await one(cur))["n"] >= MAX_PER_OWNER:
             raise Conflict(f"a human has at most {MAX_PER_OWNER} notification sinks; remove one first",
                            argument="url")
-        cur = await conn.execute(Q.sinks.insert, values)
-        row = await one(cur)
-    out = public(row)
-    out["url"] = row["url"]  # the owner just typed it
-    return out
+        cur = await conn.execute(Q.sinks.insert, {**values, "owner_human_id": human.human_id, "owner_team_id": None})
+        return _added(await one(cur))
+
+
+async def add_for_team(core: Core, human: HumanCaller, team: Any, **fields: Any) -> dict[str, Any]:
+    """Add a sink owned by a team (a team owner or admin), with `add`'s fields: it hears about the
+    team's queues, whoever manages the team."""
+    owner = await teams.reach(core, human, team, manage="add notification sinks")
+    values = _checked(core, **fields)
+    async with core.pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(Q.sinks.lock_team, {"team_id": owner["id"], "human_id": human.human_id})
+        if await cur.fetchone() is None:  # gone, or no longer the human's to manage
+            raise NotFound("team not found", argument="team")
+        cur = await conn.execute(Q.sinks.count_for_team, {"team_id": owner["id"]})
+        if (await one(cur))["n"] >= MAX_PER_OWNER:
+            raise Conflict(f"a team has at most {MAX_PER_OWNER} notification sinks; remove one first",
+                           argument="url")
+        cur = await conn.execute(Q.sinks.insert, {**values, "owner_human_id": None, "owner_team_id": owner["id"]})
+        return _added(await one(cur))
 
 
 async def list_for_owner(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
@@ -194,6 +223,58 @@ async def enable(core: Core, human: HumanCaller, sink_id: Any) -> dict[str, Any]
     return public(row)
 
 
+async def _team_params(core: Core, human: HumanCaller, team: Any, manage: str | None,
+                       sink_id: Any = None) -> dict[str, Any]:
+    owner = await teams.reach(core, human, team, manage=manage)
+    params = {"team_id": owner["id"], "team_slug": owner["slug"], "human_id": human.human_id}
+    if sink_id is not None:
+        params["id"] = _sink_id(sink_id)
+    return params
+
+
+async def _one_team_sink(core: Core, query: str, params: dict[str, Any]) -> dict[str, Any]:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(query, params)
+        row = await cur.fetchone()
+    if row is None:  # another team's sink, an unknown id, or a team the human no longer manages
+        raise NotFound("sink not found", argument="sink_id")
+    return row
+
+
+async def list_for_team(core: Core, human: HumanCaller, team: Any) -> list[dict[str, Any]]:
+    """A team's sinks, for any member."""
+    params = await _team_params(core, human, team, None)
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.sinks.for_team, params)
+        return [public(r) for r in await cur.fetchall()]
+
+
+async def get_row_for_team(core: Core, human: HumanCaller, team: Any, sink_id: Any) -> dict[str, Any]:
+    """The stored row of a team's sink, for a team owner or admin (to send a test message)."""
+    params = await _team_params(core, human, team, "test notification sinks", sink_id)
+    return await _one_team_sink(core, Q.sinks.get_for_team, params)
+
+
+async def remove_for_team(core: Core, human: HumanCaller, team: Any, sink_id: Any) -> dict[str, Any]:
+    """Delete a team's sink with its queued messages (a team owner or admin). Another team's sink and
+    an unknown id are the same not_found."""
+    params = await _team_params(core, human, team, "remove notification sinks", sink_id)
+    return public(await _one_team_sink(core, Q.sinks.remove_for_team, params))
+
+
+async def enable_for_team(core: Core, human: HumanCaller, team: Any, sink_id: Any) -> dict[str, Any]:
+    """Turn a team's disabled sink back on (a team owner or admin), as `enable` does."""
+    params = await _team_params(core, human, team, "enable notification sinks", sink_id)
+    return public(await _one_team_sink(core, Q.sinks.enable_for_team, params))
+
+
+async def deliveries_for_team(core: Core, human: HumanCaller, team: Any, *, sink_id: Any = None,
+                              limit: int = 50) -> list[dict[str, Any]]:
+    """The newest queued messages of a team's sinks, for any member."""
+    params = await _team_params(core, human, team, None)
+    return await _deliveries(core, Q.sinks.deliveries_for_team, params, sink_id, limit)
+
+
 async def record_test(core: Core, sink_id: uuid.UUID, *, status: str, error: str | None) -> None:
     """A test message's outcome, shown with the sink; it never counts towards disabling it."""
     async with core.pool.connection() as conn:
@@ -203,10 +284,14 @@ async def record_test(core: Core, sink_id: uuid.UUID, *, status: str, error: str
 
 async def deliveries(core: Core, human: HumanCaller, *, sink_id: Any = None, limit: int = 50) -> list[dict[str, Any]]:
     """The newest queued messages of the human's sinks and how their last attempt went."""
+    return await _deliveries(core, Q.sinks.deliveries_for_owner, {"human_id": human.human_id}, sink_id, limit)
+
+
+async def _deliveries(core: Core, query: str, params: dict[str, Any], sink_id: Any,
+                      limit: int) -> list[dict[str, Any]]:
     sid = _sink_id(sink_id) if sink_id is not None else None
     async with core.pool.connection() as conn:
-        cur = await conn.execute(Q.sinks.deliveries_for_owner, {
-            "human_id": human.human_id, "sink_id": sid, "limit": max(1, min(int(limit), 500))})
+        cur = await conn.execute(query, {**params, "sink_id": sid, "limit": max(1, min(int(limit), 500))})
         rows = await cur.fetchall()
     return [{"delivery_id": r["id"], "sink_id": str(r["sink_id"]), "event": r["event"], "state": r["state"],
              "attempts": r["attempts"], "created_at": shapes.ts(r["created_at"]),
@@ -256,7 +341,8 @@ async def tick(core: Core, *, now: datetime | None = None) -> dict[str, Any]:
             if await c2.fetchone() is None:
                 continue
             c2 = await conn.execute(Q.sinks.digest_stats, {
-                "human_id": sink["owner_human_id"], "since": now - timedelta(days=1), "until": now})
+                "human_id": sink["owner_human_id"], "team_id": sink["owner_team_id"],
+                "since": now - timedelta(days=1), "until": now})
             queues = [_digest_row(r) for r in await c2.fetchall()]
             facts = {"on": on.isoformat(), "timezone": sink["digest_timezone"],
                      "until": now.astimezone(zoneinfo.ZoneInfo(sink["digest_timezone"])).strftime("%Y-%m-%d %H:%M %Z"),

@@ -82,6 +82,16 @@ def _require_manager(team: dict[str, Any], action: str) -> None:
         raise Forbidden(f"only a team owner or admin may {action}", argument="team")
 
 
+async def reach(core: Core, human: HumanCaller, slug: Any, *, manage: str | None = None) -> dict[str, Any]:
+    """A team the human belongs to, with their role; outside it, the team's not_found. With `manage`
+    (what is being done), a plain member is forbidden: what a team owns (its hooks, its sinks) is
+    changed by its owners and admins and read by every member."""
+    team = await membership(core, human, slug)
+    if manage is not None:
+        _require_manager(team, manage)
+    return team
+
+
 async def show(core: Core, human: HumanCaller, slug: Any) -> dict[str, Any]:
     """A team as its members see it: members and roles, queues with counts, grants."""
     async with core.pool.connection() as conn:

@@ -47,9 +47,11 @@ def headers() -> dict[str, str]:
     return {"content-type": "application/json", "user-agent": f"switchboard/{__version__}"}
 
 
-async def send_test(core: Core, human: HumanCaller, sink_id: Any) -> dict:
-    """Post a test message to one of the human's sinks now; the outcome is kept on the sink."""
-    row = await sinks.get_row(core, human, sink_id)
+async def send_test(core: Core, human: HumanCaller, sink_id: Any, *, team: Any = None) -> dict:
+    """Post a test message to one of the human's sinks now (with `team`, to one of that team's sinks,
+    for its owners and admins); the outcome is kept on the sink."""
+    row = (await sinks.get_row_for_team(core, human, team, sink_id) if team is not None
+           else await sinks.get_row(core, human, sink_id))
     body = sink_messages.render(row["kind"], "test", {}, base_url=core.settings.public_base_url,
                                 sink_name=row["name"])
     async with outbound.new_client(1) as client:

@@ -7,12 +7,23 @@ SELECT id FROM humans WHERE id = %(human_id)s FOR UPDATE
 -- name: count_for_owner
 SELECT count(*)::int AS n FROM notification_sinks WHERE owner_human_id = %(human_id)s
 
+-- name: lock_team
+-- The team's row, locked while the human still manages it (an owner or admin): concurrent adds to
+-- one team are serialised, so its ceiling holds under races.
+SELECT tm.id FROM teams tm JOIN team_members m ON m.team_id = tm.id
+ WHERE tm.id = %(team_id)s AND m.human_id = %(human_id)s AND {{manages}}
+   FOR UPDATE OF tm
+
+-- name: count_for_team
+SELECT count(*)::int AS n FROM notification_sinks WHERE owner_team_id = %(team_id)s
+
 -- name: insert
-INSERT INTO notification_sinks (owner_human_id, name, kind, url, events, stuck_minutes, digest_hour,
-                                digest_timezone)
-VALUES (%(human_id)s, %(name)s, %(kind)s, %(url)s, %(events)s, %(stuck_minutes)s, %(digest_hour)s,
-        %(timezone)s)
-RETURNING *
+-- A human's sink (%(owner_human_id)s) or a team's (%(owner_team_id)s); the other null (migration 0033).
+INSERT INTO notification_sinks (owner_human_id, owner_team_id, name, kind, url, events, stuck_minutes,
+                                digest_hour, digest_timezone)
+VALUES (%(owner_human_id)s, %(owner_team_id)s, %(name)s, %(kind)s, %(url)s, %(events)s, %(stuck_minutes)s,
+        %(digest_hour)s, %(timezone)s)
+RETURNING *, (SELECT tm.slug FROM teams tm WHERE tm.id = owner_team_id) AS team_slug
 
 -- name: for_owner
 SELECT * FROM notification_sinks WHERE owner_human_id = %(human_id)s ORDER BY created_at, id
@@ -29,6 +40,33 @@ UPDATE notification_sinks
  WHERE id = %(id)s AND owner_human_id = %(human_id)s
 RETURNING *
 
+-- name: for_team
+-- A team's sinks, for any member (membership is checked by the caller).
+SELECT s.*, %(team_slug)s::text AS team_slug FROM notification_sinks s
+ WHERE s.owner_team_id = %(team_id)s ORDER BY s.created_at, s.id
+
+-- name: get_for_team
+-- One of a team's sinks while the human manages the team (for sending a test message).
+SELECT s.*, %(team_slug)s::text AS team_slug FROM notification_sinks s
+  JOIN team_members m ON m.team_id = s.owner_team_id
+ WHERE s.id = %(id)s AND s.owner_team_id = %(team_id)s AND m.human_id = %(human_id)s AND {{manages}}
+
+-- name: remove_for_team
+-- Only a sink of that team, and only while the human manages the team; anything else matches nothing.
+DELETE FROM notification_sinks s
+ USING team_members m
+ WHERE s.id = %(id)s AND s.owner_team_id = %(team_id)s
+   AND m.team_id = s.owner_team_id AND m.human_id = %(human_id)s AND {{manages}}
+RETURNING s.*, %(team_slug)s::text AS team_slug
+
+-- name: enable_for_team
+UPDATE notification_sinks s
+   SET enabled = true, consecutive_failures = 0, disabled_reason = NULL, disabled_at = NULL
+  FROM team_members m
+ WHERE s.id = %(id)s AND s.owner_team_id = %(team_id)s
+   AND m.team_id = s.owner_team_id AND m.human_id = %(human_id)s AND {{manages}}
+RETURNING s.*, %(team_slug)s::text AS team_slug
+
 -- name: record_test
 UPDATE notification_sinks
    SET last_attempt_at = now(), last_status = %(status)s, last_error = %(error)s
@@ -42,13 +80,22 @@ SELECT o.id, o.sink_id, o.event, o.state, o.attempts, o.created_at, o.finished_a
  ORDER BY o.id DESC
  LIMIT %(limit)s
 
+-- name: deliveries_for_team
+SELECT o.id, o.sink_id, o.event, o.state, o.attempts, o.created_at, o.finished_at, o.last_status_code,
+       o.last_result, o.last_error
+  FROM sink_outbox o JOIN notification_sinks s ON s.id = o.sink_id
+ WHERE s.owner_team_id = %(team_id)s AND (%(sink_id)s::uuid IS NULL OR o.sink_id = %(sink_id)s::uuid)
+ ORDER BY o.id DESC
+ LIMIT %(limit)s
+
 -- name: mark_stuck
 -- A queue is stuck for a sink when one of its todos has been claimable (pending since it was
 -- created or last returned to the queue) for longer than the sink's stuck_minutes: nothing claimed
 -- it in that time. A newly stuck queue is remembered and gets one message; a remembered queue that
 -- is no longer stuck is forgotten (it recovered), so the next episode is reported again.
 -- A sink watches the queues of its human's active endpoints and the team queues of every team where
--- its human is an owner or admin now (migration 0030); `scope_id` is the endpoint's or the team's id.
+-- its human is an owner or admin now (migration 0030); a team's own sink watches that team's queues
+-- (migration 0033). `scope_id` is the endpoint's or the team's id.
 WITH watched AS (
     SELECT s.id AS sink_id, s.stuck_minutes, e.id AS endpoint_id, NULL::uuid AS team_id, e.slug AS endpoint,
            NULL::text AS team
@@ -61,6 +108,11 @@ WITH watched AS (
       FROM notification_sinks s
       JOIN team_members m ON m.human_id = s.owner_human_id AND {{manages}}
       JOIN teams tm ON tm.id = m.team_id
+     WHERE s.enabled AND 'queue_stuck' = ANY(s.events)
+    UNION ALL
+    SELECT s.id, s.stuck_minutes, NULL::uuid, tm.id, NULL::text, tm.slug
+      FROM notification_sinks s
+      JOIN teams tm ON tm.id = s.owner_team_id
      WHERE s.enabled AND 'queue_stuck' = ANY(s.events)
 ), stuck AS (
     SELECT s.sink_id, coalesce(s.endpoint_id, s.team_id) AS scope_id, s.endpoint_id, s.team_id, s.endpoint,
@@ -93,7 +145,7 @@ ON CONFLICT (sink_id, dedup_key) DO NOTHING
 RETURNING id
 
 -- name: digest_subscribers
-SELECT id, owner_human_id, digest_hour, digest_timezone, digest_last_on
+SELECT id, owner_human_id, owner_team_id, digest_hour, digest_timezone, digest_last_on
   FROM notification_sinks WHERE enabled AND 'digest' = ANY(events)
 
 -- name: claim_digest_day
@@ -104,18 +156,21 @@ RETURNING id
 
 -- name: digest_stats
 -- Per queue of the owner's endpoints, and per team queue of every team where the owner is an owner
--- or admin (migration 0030), over [since, until): todos pushed, done and dead-lettered, attempts
+-- or admin (migration 0030), over [since, until); for a team's own sink (%(team_id)s, and no
+-- %(human_id)s), per queue of that team (migration 0033): todos pushed, done and dead-lettered, attempts
 -- that failed (failed, lease expired or reaped), and how long the oldest pending todo has waited.
 -- A team queue's row has no endpoint and names its team; its queue is the label team:<slug>/<queue>,
 -- which is never an endpoint's queue name, so (endpoint or '', queue) tells the rows apart. Queues
 -- with nothing in the window and nothing pending are left out.
 WITH scopes AS (
     SELECT e.id AS endpoint_id, NULL::uuid AS team_id, e.slug AS endpoint, NULL::text AS team
-      FROM endpoints e JOIN agents g ON g.id = e.agent_id WHERE g.human_id = %(human_id)s
+      FROM endpoints e JOIN agents g ON g.id = e.agent_id WHERE g.human_id = %(human_id)s::uuid
     UNION ALL
     SELECT NULL::uuid, tm.id, NULL::text, tm.slug
       FROM team_members m JOIN teams tm ON tm.id = m.team_id
-     WHERE m.human_id = %(human_id)s AND {{manages}}
+     WHERE m.human_id = %(human_id)s::uuid AND {{manages}}
+    UNION ALL
+    SELECT NULL::uuid, tm.id, NULL::text, tm.slug FROM teams tm WHERE tm.id = %(team_id)s::uuid
 ), per_todo AS (
     SELECT s.endpoint, s.team, t.queue,
            count(*) FILTER (WHERE t.created_at >= %(since)s AND t.created_at < %(until)s)::int AS pushed,
