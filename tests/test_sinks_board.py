@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from board_kit import CSP, axe_violations, page_for, screenshot
+from switchboard.core import teams
 
 
 @pytest.fixture
@@ -132,3 +133,66 @@ async def test_csrf_and_another_humans_sink(board_server, browser, chat):
             assert await foreign.body() == await unknown.body()
         assert await page.is_visible("#sb-no-sinks")
     assert len(board_server.sql("SELECT * FROM notification_sinks")) == 1
+
+
+async def test_a_team_sink_on_the_notifications_page(board_server, browser, chat):
+    """An owner adds a sink for the team and tests it; a plain member sees it and can change nothing; a
+    human outside the team gets the unknown id's 404 (D60)."""
+    url, got = chat
+    owner = await board_server.human("owner")
+    member = await board_server.human("member")
+    stranger = await board_server.human("stranger")
+    slug = f"ops{uuid.uuid4().hex[:6]}"
+    await board_server.run(teams.create, owner, slug)
+    await board_server.run(teams.add_member, owner, slug, member.name, "member")
+
+    async with page_for(browser, board_server, owner) as page:
+        await page.goto("/notifications")
+        await page.select_option("#sb-sink-owner", f"team:{slug}")
+        await page.fill("#sb-sink-name", "team channel")
+        await page.fill("#sb-sink-url", url)
+        async with page.expect_navigation():
+            await page.click("#sb-sink-add")
+        assert await page.inner_text("#sb-sinks-notice") == "The sink is added."
+        row = page.locator("[data-sb-sink]").first
+        sink_id = await row.get_attribute("data-sb-sink")
+        assert await row.locator("[data-sb-owner]").inner_text() == f"team {slug}"
+        assert await axe_violations(page) == []
+        async with page.expect_navigation():
+            await page.click(f"#sb-sink-test-{sink_id}")
+        assert "delivered (HTTP 200)" in await page.inner_text("#sb-sinks-notice")
+        assert got[-1]["text"].startswith("Test message from Switchboard: the sink team channel works")
+    assert board_server.sql("SELECT owner_human_id, t.slug FROM notification_sinks s "
+                            "JOIN teams t ON t.id = s.owner_team_id") == [(None, slug)]
+
+    async with page_for(browser, board_server, member) as page:
+        await page.goto("/notifications")
+        row = page.locator(f"#sb-sink-{sink_id}")
+        assert "team owners and admins change it" in await row.inner_text()
+        assert await page.locator(f"#sb-sink-remove-{sink_id}").count() == 0
+        assert await page.locator("#sb-sink-owner").count() == 0  # a member manages no team: no choice
+        token = await page.get_attribute("input[name=csrf_token]", "value")
+        for action in ("remove", "enable", "test"):
+            r = await page.request.post(f"/notifications/{sink_id}/{action}", form={"csrf_token": token})
+            assert r.status == 403 and "Nothing was changed" in await r.text(), action
+        r = await page.request.post("/notifications", form={"csrf_token": token, "owner": f"team:{slug}",
+                                                            "kind": "slack", "url": url, "events": "digest"})
+        assert r.status == 403 and "For: only a team owner or admin may add notification sinks." in await r.text()
+    assert len(board_server.sql("SELECT * FROM notification_sinks WHERE owner_team_id IS NOT NULL")) == 1
+    assert len(got) == 1
+
+    async with page_for(browser, board_server, stranger) as page:
+        await page.goto("/notifications")
+        assert await page.is_visible("#sb-no-sinks")
+        token = await page.get_attribute("input[name=csrf_token]", "value")
+        for action in ("remove", "enable", "test"):
+            foreign = await page.request.post(f"/notifications/{sink_id}/{action}", form={"csrf_token": token})
+            unknown = await page.request.post(f"/notifications/{uuid.uuid4()}/{action}", form={"csrf_token": token})
+            assert foreign.status == unknown.status == 404, action
+            assert await foreign.body() == await unknown.body()
+
+    async with page_for(browser, board_server, owner) as page:
+        await page.goto("/notifications")
+        async with page.expect_navigation():
+            await page.click(f"#sb-sink-remove-{sink_id}")
+        assert board_server.sql("SELECT * FROM notification_sinks WHERE owner_team_id IS NOT NULL") == []

@@ -1,7 +1,8 @@
 """Team queues report to notification sinks (docs/notifications.md "Team queues"): a team's dead
 letters, stuck queues and digest rows go to the sinks of the team's owners and admins as they are at
 the time of the event, never to a plain member's sinks nor to anyone outside the team; an endpoint
-todo's messages are what they were.
+todo's messages are what they were. A team's own sinks (D60) hear about that team's queues whoever
+manages it; its owners and admins change them, its members read them.
 
 Real PostgreSQL; time is moved by SQL or by the `now` the sweep tick takes, never by sleeping. The
 bodies are read from `sink_outbox` and rendered with `sink_messages.render` (the sender's own HTTP
@@ -18,6 +19,7 @@ import psycopg
 
 from core_world import sql
 from switchboard.core import humans, sink_messages, sinks, teams, todos
+from switchboard.core.errors import Conflict, Forbidden, Invalid, NotFound
 from switchboard.db import migrate
 from team_world import make_fleet
 
@@ -234,3 +236,106 @@ async def test_a_stuck_episode_remembered_before_the_upgrade_is_kept(scratch_db)
             raise AssertionError(statement)
     finally:
         await conn.close()
+
+
+# ------------------------------------------------------------------------- a team's own sinks (D60)
+
+async def test_a_team_sink_hears_the_team_dead_letters_stuck_queues_and_digest_whoever_manages_it(core):
+    fleet = await make_fleet(core, members=3)
+    owner, admin, member = fleet.humans
+    other = await make_fleet(core, members=1)  # another team, with a sink of its own
+    now = datetime.now(UTC) + timedelta(seconds=20)
+    fields = {"kind": "generic", "events": ["dead_letter", "queue_stuck", "digest"], "stuck_minutes": 10,
+              "digest_hour": now.hour, "timezone_name": "UTC"}
+    sink = await sinks.add_for_team(core, admin, fleet.slug, url="https://hooks.example.com/team", name="team",
+                                    **fields)
+    assert sink["owner"] == {"team": fleet.slug}
+    theirs = await sinks.add_for_team(core, other.humans[0], other.slug, url="https://hooks.example.com/other",
+                                      **fields)
+    # The admin who added it is made a plain member: a team's sink does not depend on who manages the team.
+    await teams.set_role(core, owner, fleet.slug, admin.name, "member")
+
+    dead = await fleet.push("dead", max_attempts=1)
+    await todos.claim(core, fleet.endpoints[2], dead["id"])
+    await todos.fail(core, fleet.endpoints[2], dead["id"], summary="no")
+    waiting = await fleet.push("waiting")
+    await sql(core, "UPDATE todos SET updated_at = now() - interval '11 minutes' WHERE id = %s", (waiting["id"],))
+    own, _ = await todos.create(core, endpoint_id=fleet.endpoints[0].endpoint_id, queue="own", title="mine",
+                                max_attempts=1)
+    await todos.claim(core, fleet.endpoints[0], own["id"])
+    await todos.fail(core, fleet.endpoints[0], own["id"], summary="no")  # an endpoint todo: not the team's
+    await sinks.tick(core, now=now)
+
+    got = await sql(core, "SELECT sink_id::text AS sink_id, event, body FROM sink_outbox ORDER BY id")
+    mine = [r for r in got if r["sink_id"] == sink["sink_id"]]
+    assert sorted(r["event"] for r in mine) == ["dead_letter", "digest", "queue_stuck"]
+    by_event = {r["event"]: r["body"] for r in mine}
+    assert by_event["dead_letter"]["todo_id"] == dead["id"] and by_event["dead_letter"]["team"] == fleet.slug
+    assert by_event["queue_stuck"]["queue"] == fleet.label and by_event["queue_stuck"]["team"] == fleet.slug
+    assert [(q["team"], q["queue"], q["pushed"], q["dead_lettered"]) for q in by_event["digest"]["queues"]] == [
+        (fleet.slug, fleet.label, 2, 1)]
+    # The other team's sink heard nothing of this team (its digest lists no queue).
+    assert [(r["event"], r["body"].get("queues")) for r in got if r["sink_id"] == theirs["sink_id"]] == [
+        ("digest", [])]
+    # Removing the team's sink takes its episode with it; the team's deletion takes the team's sinks.
+    await sinks.remove_for_team(core, owner, fleet.slug, sink["sink_id"])
+    assert await sql(core, "SELECT * FROM sink_stuck_queues WHERE sink_id = %s", (uuid.UUID(sink["sink_id"]),)) == []
+    await teams.delete(core, other.humans[0], other.slug)
+    assert await sql(core, "SELECT * FROM notification_sinks") == []
+
+
+async def test_a_team_sink_is_changed_by_its_owners_and_admins_and_read_by_its_members(core):
+    fleet = await make_fleet(core, members=3)
+    owner, admin, member = fleet.humans
+    outsider = await humans.add(core, f"out-{uuid.uuid4().hex[:6]}")
+    sink = await sinks.add_for_team(core, owner, fleet.slug, kind="slack", url="https://hooks.example.com/t?k=secret")
+    assert sink["url"] == "https://hooks.example.com/t?k=secret"  # shown once to who typed it
+    [listed] = await sinks.list_for_team(core, member, fleet.slug)
+    assert listed["url"] == "https://hooks.example.com/t?redacted" and listed["owner"] == {"team": fleet.slug}
+    assert await sinks.deliveries_for_team(core, member, fleet.slug) == []
+    assert await sinks.list_for_owner(core, owner) == []  # a team's sink is not its owner's own
+
+    for change in (lambda: sinks.add_for_team(core, member, fleet.slug, kind="slack", url="https://x.example.com/"),
+                   lambda: sinks.remove_for_team(core, member, fleet.slug, sink["sink_id"]),
+                   lambda: sinks.enable_for_team(core, member, fleet.slug, sink["sink_id"]),
+                   lambda: sinks.get_row_for_team(core, member, fleet.slug, sink["sink_id"])):
+        try:
+            await change()
+        except Forbidden as exc:
+            assert exc.argument == "team"
+            continue
+        raise AssertionError("a plain member changed a team's sink")
+    # Outside the team: the answer for a team that does not exist, whatever the call.
+    for call in (lambda t: sinks.list_for_team(core, outsider, t),
+                 lambda t: sinks.remove_for_team(core, outsider, t, sink["sink_id"]),
+                 lambda t: sinks.deliveries_for_team(core, outsider, t)):
+        errors = []
+        for team in (fleet.slug, "no-such-team"):
+            try:
+                await call(team)
+            except NotFound as exc:
+                errors.append((exc.code, exc.message, exc.argument))
+        assert len(errors) == 2 and errors[0] == errors[1]
+    # Another human's own-sink calls do not reach a team's sink.
+    try:
+        await sinks.remove(core, owner, sink["sink_id"])
+        raise AssertionError("a team's sink removed as a human's own")
+    except NotFound:
+        pass
+    # The ceiling is per team, and a bad field is named before anything is stored.
+    try:
+        await sinks.add_for_team(core, admin, fleet.slug, kind="slack", url="https://x.example.com/", digest_hour=24)
+        raise AssertionError("digest_hour 24 accepted")
+    except Invalid as exc:
+        assert exc.argument == "digest_hour"
+    for i in range(sinks.MAX_PER_OWNER - 1):
+        await sinks.add_for_team(core, admin, fleet.slug, kind="generic", url=f"https://x.example.com/{i}")
+    try:
+        await sinks.add_for_team(core, admin, fleet.slug, kind="generic", url="https://x.example.com/last")
+        raise AssertionError("the ceiling did not hold")
+    except Conflict:
+        pass
+    await sinks.add(core, admin, kind="generic", url="https://x.example.com/own")  # the admin's own still can
+    assert len(await sinks.list_for_team(core, member, fleet.slug)) == sinks.MAX_PER_OWNER
+    await sinks.enable_for_team(core, admin, fleet.slug, sink["sink_id"])
+    await sinks.remove_for_team(core, admin, fleet.slug, sink["sink_id"])

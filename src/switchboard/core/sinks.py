@@ -275,6 +275,45 @@ async def deliveries_for_team(core: Core, human: HumanCaller, team: Any, *, sink
     return await _deliveries(core, Q.sinks.deliveries_for_team, params, sink_id, limit)
 
 
+async def _visible(core: Core, human: HumanCaller, sink_id: uuid.UUID | None) -> list[dict[str, Any]]:
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(Q.sinks.visible_to_human, {"human_id": human.human_id, "id": sink_id})
+        return [{**public(r), "manage": r["manage"]} for r in await cur.fetchall()]
+
+
+async def visible(core: Core, human: HumanCaller) -> list[dict[str, Any]]:
+    """Every sink the human sees: their own, then their teams' (the Board's one list). `manage` says
+    whether they may enable, test or remove it (a team's: an owner or admin)."""
+    return await _visible(core, human, None)
+
+
+async def one_visible(core: Core, human: HumanCaller, sink_id: Any) -> dict[str, Any]:
+    """One sink the human sees, as in `visible`; anything else is not_found, an unknown id's."""
+    rows = await _visible(core, human, _sink_id(sink_id))
+    if not rows:
+        raise NotFound("sink not found", argument="sink_id")
+    return rows[0]
+
+
+async def remove_visible(core: Core, human: HumanCaller, sink_id: Any) -> dict[str, Any]:
+    """Remove a sink the human sees, whoever owns it: theirs (`remove`) or a team's they manage
+    (`remove_for_team`; a plain member is forbidden)."""
+    sink = await one_visible(core, human, sink_id)
+    team = sink["owner"].get("team")
+    if team is not None:
+        return await remove_for_team(core, human, team, sink["sink_id"])
+    return await remove(core, human, sink["sink_id"])
+
+
+async def enable_visible(core: Core, human: HumanCaller, sink_id: Any) -> dict[str, Any]:
+    """Enable a sink the human sees, as `remove_visible` removes one."""
+    sink = await one_visible(core, human, sink_id)
+    team = sink["owner"].get("team")
+    if team is not None:
+        return await enable_for_team(core, human, team, sink["sink_id"])
+    return await enable(core, human, sink["sink_id"])
+
+
 async def record_test(core: Core, sink_id: uuid.UUID, *, status: str, error: str | None) -> None:
     """A test message's outcome, shown with the sink; it never counts towards disabling it."""
     async with core.pool.connection() as conn:

@@ -67,6 +67,21 @@ UPDATE notification_sinks s
    AND m.team_id = s.owner_team_id AND m.human_id = %(human_id)s AND {{manages}}
 RETURNING s.*, %(team_slug)s::text AS team_slug
 
+-- name: visible_to_human
+-- The sinks a human sees (only sink %(id)s when given): their own, which they manage, then those of
+-- every team they belong to, which its owners and admins manage (`manage`). Anything else is not
+-- there: another human's or another team's sink reads like an unknown id.
+SELECT s.*, NULL::text AS team_slug, true AS manage
+  FROM notification_sinks s
+ WHERE s.owner_human_id = %(human_id)s AND (%(id)s::uuid IS NULL OR s.id = %(id)s::uuid)
+UNION ALL
+SELECT s.*, tm.slug, {{manages}}
+  FROM notification_sinks s
+  JOIN team_members m ON m.team_id = s.owner_team_id
+  JOIN teams tm ON tm.id = m.team_id
+ WHERE m.human_id = %(human_id)s AND (%(id)s::uuid IS NULL OR s.id = %(id)s::uuid)
+ ORDER BY team_slug NULLS FIRST, created_at, id
+
 -- name: record_test
 UPDATE notification_sinks
    SET last_attempt_at = now(), last_status = %(status)s, last_error = %(error)s
