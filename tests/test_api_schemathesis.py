@@ -1,11 +1,12 @@
 """The human API against its own OpenAPI document, with Schemathesis (property-based).
 
 A live server (uvicorn on a free port, the real database) with seeded data: a human with a write
-token, endpoints with todos in several states, a hook, a second token. Every operation of the
-document gets generated requests, valid ones and invalid ones; about half of them name a seeded
-object instead of a random id, so the handlers run past `not_found` too. The checks: no 5xx, every
-answer matches the document's schema for its status, every status is one the document lists, and
-every answer has the documented content type and headers.
+token, endpoints with todos in several states, a hook, a second token, a team, a sink of the human's
+and one of the team's. Every operation of the document gets generated requests, valid ones and
+invalid ones; about half of them name a seeded object instead of a random id, so the handlers run
+past `not_found` too. The checks: no 5xx, every answer matches the document's schema for its
+status, every status is one the document lists, and every answer has the documented content type and
+headers.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
 
 from conftest import make_settings, start_thread_server
 from mcp_support import push, vend
-from switchboard.core import admission, api_tokens, endpoints, hooks, producer, teams, todos
+from switchboard.core import admission, api_tokens, endpoints, hooks, producer, sinks, teams, todos
 
 # Schemathesis' own strategies draw with `random` inside; Hypothesis warns about it on every run.
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
@@ -67,10 +68,14 @@ async def seed(core) -> tuple[str, dict[str, list[str]]]:
     await producer.push_team(core, agent.human, "team:crew/build", title="team work")
     await admission.set_policy(core, agent.human, "team:crew/build", max_in_flight=3)
     await admission.set_policy(core, agent.human, "build", endpoint=agent.slug, max_claims_per_window=100)
+    # A sink of the human's and one of the team's (their test messages go nowhere: port 9 refuses).
+    own_sink = await sinks.add(core, agent.human, kind="slack", url="http://127.0.0.1:9/sink")
+    team_sink = await sinks.add_for_team(core, agent.human, team["slug"], kind="generic", url="http://127.0.0.1:9/team")
     return token, {"slug": [agent.slug, spare.slug], "id": ids, "hook_id": [hook["hook_id"]],
                    "ref": [other["id"], other["prefix"]], "key": ["retention_max_age_days"],
                    "team": [team["slug"]], "human": [agent.human.name],
-                   "scope": ["team:crew", f"endpoint:{agent.slug}"], "queue": ["build"]}
+                   "scope": ["team:crew", f"endpoint:{agent.slug}"], "queue": ["build"],
+                   "sink_id": [own_sink["sink_id"], team_sink["sink_id"]]}
 
 
 def with_seeded(strategy, real: dict[str, list[str]]):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema, create_model
 
-from ...core import actions, admission, api_tokens, hooks, inputs, teams
+from ...core import actions, admission, api_tokens, hooks, inputs, sink_messages, sinks, teams
 from ...core.models import VERBS
 from ...core.states import TODO_STATES
 
@@ -23,10 +23,14 @@ Json = Any  # any JSON value
 if TYPE_CHECKING:  # built from the core's tuples at import; plain strings to the type checker
     TodoState = str
     HookEvent = str
+    SinkKind = str
+    SinkEvent = str
     Verb = str
 else:
     TodoState = Literal[tuple(TODO_STATES)]
     HookEvent = Literal[tuple(hooks.EVENTS)]
+    SinkKind = Literal[tuple(sink_messages.KINDS)]
+    SinkEvent = Literal[tuple(sink_messages.EVENTS)]
     Verb = Literal[tuple(VERBS)]
 Scope = Literal["read", "write"]
 TeamRole = Literal["owner", "admin", "member"]
@@ -352,6 +356,95 @@ class DeliveryList(Reply):
 class DeliveriesQuery(Query):
     limit: int = Field(50, description="At most this many (1-500).")
     hook_id: str | None = Field(None, description="Only this hook's notifications.")
+
+
+# ------------------------------------------------------------------------------------------ sinks
+
+class SinkRequest(Request):
+    kind: SinkKind = Field(description="The chat the messages are shaped for.")
+    url: str = Field(max_length=hooks.URL_MAX_BYTES,
+                     description="The chat's incoming-webhook URL (https; the notify hooks' target rules).")
+    name: str | None = Field(None, max_length=64, description="A label (default: the kind).")
+    events: list[SinkEvent] | None = Field(None, description="Default: every event.")
+    stuck_minutes: int | None = Field(None, ge=1, le=sinks.STUCK_MINUTES_MAX,
+                                      description="A queue is stuck when a todo waits this long with no claim "
+                                                  "(default 30).")
+    digest_hour: int | None = Field(None, ge=0, le=23, description="The digest's local hour (default 9).")
+    timezone: str | None = Field(None, max_length=64, description="The IANA time zone of `digest_hour`, such as "
+                                                                  "Europe/Berlin (default UTC).")
+
+
+class SinkOwner(Reply):
+    """Whose sink: a human's (`human`, their id) or a team's (`team`, its slug); one of the two."""
+
+    human: str | None = Field(None, description="A human's sink: the human's id.")
+    team: str | None = Field(None, description="A team's sink: the team's slug.")
+
+
+class Sink(Reply):
+    sink_id: str
+    name: str
+    kind: str
+    url: str = Field(description="Its query string redacted, except in the answer that added it.")
+    events: list[str]
+    stuck_minutes: int
+    digest_hour: int
+    timezone: str
+    owner: SinkOwner
+    enabled: bool
+    created_at: str | None
+    last_attempt_at: str | None
+    last_status: str | None
+    last_error: str | None
+    consecutive_failures: int
+    disabled_reason: str | None
+    disabled_at: str | None
+
+
+class SinkReply(Reply):
+    sink: Sink
+
+
+class SinkList(Reply):
+    sinks: list[Sink]
+
+
+class SinkRemoved(Reply):
+    removed: Sink
+
+
+class SinkTest(Reply):
+    sink_id: str
+    delivered: bool
+    result: str = Field(description="2xx, 3xx, 4xx, 5xx, timeout, network, tls or rejected_ssrf.")
+    status_code: int | None
+    error: str | None
+
+
+class SinkTestReply(Reply):
+    test: SinkTest
+
+
+class SinkDelivery(Reply):
+    delivery_id: int
+    sink_id: str
+    event: str
+    state: str = Field(description="pending, delivered or failed.")
+    attempts: int
+    created_at: str | None
+    finished_at: str | None
+    last_status_code: int | None
+    last_result: str | None
+    last_error: str | None
+
+
+class SinkDeliveryList(Reply):
+    deliveries: list[SinkDelivery]
+
+
+class SinkDeliveriesQuery(Query):
+    limit: int = Field(50, description="At most this many (1-500).")
+    sink_id: str | None = Field(None, description="Only this sink's messages.")
 
 
 # --------------------------------------------------------------------------------------- settings

@@ -29,7 +29,7 @@ _PARAM = re.compile(r"\{(\w+)\}")
 PATH_HELP = {
     "slug": "The endpoint's slug.", "id": "The todo's id.", "hook_id": "The notify hook's id.",
     "ref": "The token's id or display prefix.", "key": "The setting's name.", "team": "The team's slug.",
-    "human": "A member's user name.",
+    "human": "A member's user name.", "sink_id": "The notification sink's id.",
     "scope": "Whose queue: `endpoint:<endpoint-slug>` or `team:<team-slug>`.",
     "queue": "The queue's name (a team queue's name without the `team:<team-slug>/` of its label).",
 }
@@ -55,7 +55,9 @@ TAGS = [
               "members' endpoints, and pushes to them."),
     ("admission", "Admission control per queue: limits on leases in flight and claims per window, and a "
                   "pause switch."),
-    ("hooks", "Notify hooks: signed webhooks of an endpoint's todo events."),
+    ("hooks", "Notify hooks: signed webhooks of an endpoint's or a team's todo events."),
+    ("sinks", "Notification sinks: chat webhooks (Slack, Discord, Microsoft Teams, generic JSON) for dead "
+              "letters, stuck queues and a daily digest; yours or a team's."),
     ("settings", "Operator settings kept in the database, and a sweep on demand (admins only)."),
     ("tokens", "Your own API tokens, with a scope and an expiry."),
 ]
@@ -140,7 +142,7 @@ def build(ops: list[Operation] | None = None) -> dict:
     return {
         "openapi": "3.1.0",
         "info": {"title": "Switchboard human API", "version": __version__,
-                 "description": "Act on your endpoints, todos, teams, queues, hooks and tokens as yourself "
+                 "description": "Act on your endpoints, todos, teams, queues, hooks, sinks and tokens as yourself "
                                 "(`docs/api.md`). Every route takes an API token: `Authorization: Bearer sbh_…`."},
         "servers": [{"url": "/"}],
         "tags": [{"name": n, "description": d} for n, d in TAGS],

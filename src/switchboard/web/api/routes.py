@@ -26,12 +26,14 @@ from ...core import (
     inputs,
     producer,
     settings_store,
+    sinks,
     sweeps,
     teams,
     todos,
 )
 from ...core.api_tokens import TokenCaller
 from ...core.errors import Invalid
+from ..sinks import send_test
 from . import models as m
 from .kit import ApiError, handle, json_reply, parse_body, parse_query, read_raw
 
@@ -286,6 +288,73 @@ async def team_hook_deliveries(call: Call) -> Response:
     assert isinstance(call.query, m.DeliveriesQuery)
     rows = await hooks.deliveries_for_team(call.core, call.human, call.path("team"), hook_id=call.query.hook_id,
                                            limit=call.query.limit, with_attempts=True)
+    return json_reply({"deliveries": rows})
+
+
+# ------------------------------------------------------------------------------------------ sinks
+
+def _sink_fields(call: Call) -> dict[str, Any]:
+    """The add body as the core's keywords (`timezone` is the core's `timezone_name`)."""
+    f = call.fields()
+    if "timezone" in f:
+        f["timezone_name"] = f.pop("timezone")
+    return f
+
+
+async def add_sink(call: Call) -> Response:
+    # The URL is shown unredacted this once (it may carry the chat's token): never cached.
+    return json_reply({"sink": await sinks.add(call.core, call.human, **_sink_fields(call))}, 201, secret=True)
+
+
+async def list_sinks(call: Call) -> Response:
+    return json_reply({"sinks": await sinks.list_for_owner(call.core, call.human)})
+
+
+async def remove_sink(call: Call) -> Response:
+    return json_reply({"removed": await sinks.remove(call.core, call.human, call.path("sink_id"))})
+
+
+async def enable_sink(call: Call) -> Response:
+    return json_reply({"sink": await sinks.enable(call.core, call.human, call.path("sink_id"))})
+
+
+async def send_sink_test(call: Call) -> Response:
+    return json_reply({"test": await send_test(call.core, call.human, call.path("sink_id"))})
+
+
+async def sink_deliveries(call: Call) -> Response:
+    assert isinstance(call.query, m.SinkDeliveriesQuery)
+    rows = await sinks.deliveries(call.core, call.human, sink_id=call.query.sink_id, limit=call.query.limit)
+    return json_reply({"deliveries": rows})
+
+
+async def add_team_sink(call: Call) -> Response:
+    sink = await sinks.add_for_team(call.core, call.human, call.path("team"), **_sink_fields(call))
+    return json_reply({"sink": sink}, 201, secret=True)
+
+
+async def list_team_sinks(call: Call) -> Response:
+    return json_reply({"sinks": await sinks.list_for_team(call.core, call.human, call.path("team"))})
+
+
+async def remove_team_sink(call: Call) -> Response:
+    return json_reply({"removed": await sinks.remove_for_team(call.core, call.human, call.path("team"),
+                                                              call.path("sink_id"))})
+
+
+async def enable_team_sink(call: Call) -> Response:
+    return json_reply({"sink": await sinks.enable_for_team(call.core, call.human, call.path("team"),
+                                                           call.path("sink_id"))})
+
+
+async def send_team_sink_test(call: Call) -> Response:
+    return json_reply({"test": await send_test(call.core, call.human, call.path("sink_id"), team=call.path("team"))})
+
+
+async def team_sink_deliveries(call: Call) -> Response:
+    assert isinstance(call.query, m.SinkDeliveriesQuery)
+    rows = await sinks.deliveries_for_team(call.core, call.human, call.path("team"), sink_id=call.query.sink_id,
+                                           limit=call.query.limit)
     return json_reply({"deliveries": rows})
 
 
@@ -548,6 +617,46 @@ OPERATIONS: list[Operation] = [
     Operation("POST", "/api/v1/teams/{team}/hooks/{hook_id}/enable", "team_hook_enable", "hooks",
               "Enable a team's disabled notify hook", enable_team_hook, m.HookReply,
               description="Owners and admins. Its failure count starts again at 0."),
+    # notification sinks (the paths and answers they had when web/sinks_api.py served them)
+    Operation("POST", "/api/v1/sinks", "sink_add", "sinks", "Add a notification sink", add_sink, m.SinkReply,
+              status=201, body=m.SinkRequest,
+              description="A chat webhook of yours for dead letters, stuck queues and a daily digest of every queue "
+                          "of your endpoints (and of the teams you own or administer). Every field is checked "
+                          "before anything is stored; the URL is shown unredacted in this answer only."),
+    Operation("GET", "/api/v1/sinks", "sink_list", "sinks", "List your notification sinks", list_sinks, m.SinkList,
+              description="A URL's query string is redacted."),
+    Operation("GET", "/api/v1/sinks/deliveries", "sink_deliveries", "sinks", "The messages of your sinks",
+              sink_deliveries, m.SinkDeliveryList, query=m.SinkDeliveriesQuery,
+              description="Newest first, each with how its last attempt went."),
+    Operation("DELETE", "/api/v1/sinks/{sink_id}", "sink_remove", "sinks", "Remove a notification sink",
+              remove_sink, m.SinkRemoved, description="With its queued messages."),
+    Operation("POST", "/api/v1/sinks/{sink_id}/enable", "sink_enable", "sinks",
+              "Enable a disabled notification sink", enable_sink, m.SinkReply,
+              description="Its failure count starts again at 0."),
+    Operation("POST", "/api/v1/sinks/{sink_id}/test", "sink_test", "sinks", "Send a test message to a sink",
+              send_sink_test, m.SinkTestReply,
+              description="Posted now, not through the queue; the answer says how it went (`delivered`). It never "
+                          "counts towards disabling the sink."),
+    # a team's notification sinks
+    Operation("POST", "/api/v1/teams/{team}/sinks", "team_sink_add", "sinks", "Add a notification sink to a team",
+              add_team_sink, m.SinkReply, status=201, body=m.SinkRequest,
+              description="Owners and admins: a chat webhook of the team's dead letters, stuck queues and digest "
+                          "(`owner` names the team), whoever manages the team. A team you are not a member of is "
+                          "404, the same body as one that does not exist; a plain member is 403."),
+    Operation("GET", "/api/v1/teams/{team}/sinks", "team_sink_list", "sinks", "List a team's notification sinks",
+              list_team_sinks, m.SinkList, description="Any member. A URL's query string is redacted."),
+    Operation("GET", "/api/v1/teams/{team}/sinks/deliveries", "team_sink_deliveries", "sinks",
+              "The messages of a team's sinks", team_sink_deliveries, m.SinkDeliveryList,
+              query=m.SinkDeliveriesQuery, description="Any member. Newest first."),
+    Operation("DELETE", "/api/v1/teams/{team}/sinks/{sink_id}", "team_sink_remove", "sinks",
+              "Remove a team's notification sink", remove_team_sink, m.SinkRemoved,
+              description="Owners and admins, with its queued messages."),
+    Operation("POST", "/api/v1/teams/{team}/sinks/{sink_id}/enable", "team_sink_enable", "sinks",
+              "Enable a team's disabled notification sink", enable_team_sink, m.SinkReply,
+              description="Owners and admins. Its failure count starts again at 0."),
+    Operation("POST", "/api/v1/teams/{team}/sinks/{sink_id}/test", "team_sink_test", "sinks",
+              "Send a test message to a team's sink", send_team_sink_test, m.SinkTestReply,
+              description="Owners and admins, as for your own sinks."),
     # teams
     Operation("POST", "/api/v1/teams", "team_create", "teams", "Create a team", create_team, m.TeamCreated,
               status=201, body=m.TeamRequest,
