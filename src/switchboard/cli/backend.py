@@ -44,6 +44,15 @@ def _given(**fields: Any) -> dict:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def _sink_fields(fields: dict) -> dict:
+    """A sink's fields as the core's keywords: the API's and the command's `timezone` is the core's
+    `timezone_name`."""
+    out = dict(fields)
+    if "timezone" in out:
+        out["timezone_name"] = out.pop("timezone")
+    return out
+
+
 def _checked(check: Callable[[], Any]) -> Any:
     """A check of the core's run on this side of the wire (a refusal is the command's own, exit 1),
     so that a remote command refuses what the local one refuses, with the same words."""
@@ -383,6 +392,68 @@ class Local:
 
         return {"deliveries": run(work)}
 
+    # notification sinks: the human's own
+    def sink_add(self, **fields: Any) -> dict:
+        from ..core import sinks
+
+        return {"sink": self._team(sinks.add, **_sink_fields(fields))}
+
+    def sink_list(self) -> dict:
+        from ..core import sinks
+
+        return {"sinks": self._team(sinks.list_for_owner)}
+
+    def sink_remove(self, sink_id: str) -> dict:
+        from ..core import sinks
+
+        return {"removed": self._team(sinks.remove, sink_id)}
+
+    def sink_enable(self, sink_id: str) -> dict:
+        from ..core import sinks
+
+        return {"sink": self._team(sinks.enable, sink_id)}
+
+    def sink_test(self, sink_id: str) -> dict:
+        from ..web.sinks import send_test
+
+        return {"test": self._team(send_test, sink_id)}
+
+    def sink_deliveries(self, *, sink_id: str | None, limit: int) -> dict:
+        from ..core import sinks
+
+        return {"deliveries": self._team(sinks.deliveries, sink_id=sink_id, limit=limit)}
+
+    # a team's notification sinks
+    def team_sink_add(self, team: str, **fields: Any) -> dict:
+        from ..core import sinks
+
+        return {"sink": self._team(sinks.add_for_team, team, **_sink_fields(fields))}
+
+    def team_sink_list(self, team: str) -> dict:
+        from ..core import sinks
+
+        return {"sinks": self._team(sinks.list_for_team, team)}
+
+    def team_sink_remove(self, team: str, sink_id: str) -> dict:
+        from ..core import sinks
+
+        return {"removed": self._team(sinks.remove_for_team, team, sink_id)}
+
+    def team_sink_enable(self, team: str, sink_id: str) -> dict:
+        from ..core import sinks
+
+        return {"sink": self._team(sinks.enable_for_team, team, sink_id)}
+
+    def team_sink_test(self, team: str, sink_id: str) -> dict:
+        from ..web.sinks import send_test
+
+        return {"test": self._team(send_test, sink_id, team=team)}
+
+    def team_sink_deliveries(self, team: str, *, sink_id: str | None, limit: int) -> dict:
+        from ..core import sinks
+
+        return {"deliveries": self._team(sinks.deliveries_for_team, team, sink_id=sink_id, limit=limit)}
+
     # operator settings and sweeps (the machine's operator: no human involved)
     def settings_get(self, key: str | None) -> dict:
         from ..core import settings_store
@@ -593,6 +664,43 @@ class Remote:
     def team_hook_deliveries(self, team: str, *, limit: int) -> dict:
         out = self.api.get(f"/teams/{remote.seg(team)}/hooks/deliveries", limit=limit)
         return {"deliveries": [_without(d, "attempt_log") for d in out["deliveries"]]}
+
+    # notification sinks: the human's own, and a team's
+    def sink_add(self, **fields: Any) -> dict:
+        return self.api.post("/sinks", _given(**fields))
+
+    def sink_list(self) -> dict:
+        return self.api.get("/sinks")
+
+    def sink_remove(self, sink_id: str) -> dict:
+        return self.api.delete(f"/sinks/{remote.seg(sink_id)}")
+
+    def sink_enable(self, sink_id: str) -> dict:
+        return self.api.post(f"/sinks/{remote.seg(sink_id)}/enable")
+
+    def sink_test(self, sink_id: str) -> dict:
+        return self.api.post(f"/sinks/{remote.seg(sink_id)}/test")
+
+    def sink_deliveries(self, *, sink_id: str | None, limit: int) -> dict:
+        return self.api.get("/sinks/deliveries", sink_id=sink_id, limit=limit)
+
+    def team_sink_add(self, team: str, **fields: Any) -> dict:
+        return self.api.post(f"/teams/{remote.seg(team)}/sinks", _given(**fields))
+
+    def team_sink_list(self, team: str) -> dict:
+        return self.api.get(f"/teams/{remote.seg(team)}/sinks")
+
+    def team_sink_remove(self, team: str, sink_id: str) -> dict:
+        return self.api.delete(f"/teams/{remote.seg(team)}/sinks/{remote.seg(sink_id)}")
+
+    def team_sink_enable(self, team: str, sink_id: str) -> dict:
+        return self.api.post(f"/teams/{remote.seg(team)}/sinks/{remote.seg(sink_id)}/enable")
+
+    def team_sink_test(self, team: str, sink_id: str) -> dict:
+        return self.api.post(f"/teams/{remote.seg(team)}/sinks/{remote.seg(sink_id)}/test")
+
+    def team_sink_deliveries(self, team: str, *, sink_id: str | None, limit: int) -> dict:
+        return self.api.get(f"/teams/{remote.seg(team)}/sinks/deliveries", sink_id=sink_id, limit=limit)
 
     # operator settings and sweeps (admins)
     def settings_get(self, key: str | None) -> dict:

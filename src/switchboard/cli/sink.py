@@ -1,20 +1,29 @@
-"""`switchboard sink add|list|remove|enable|test`: chat notification sinks (Slack, Discord, Microsoft
-Teams, generic JSON) for dead letters, stuck queues and a daily digest (docs/notifications.md)."""
+"""`switchboard sink add|list|remove|enable|test|deliveries`: chat notification sinks (Slack, Discord,
+Microsoft Teams, generic JSON) for dead letters, stuck queues and a daily digest (docs/notifications.md):
+your own, or a team's (`--team <team-slug>`: added, removed, enabled and tested by the team's owners and
+admins, listed by every member). Like every queue command, on this machine's database or, after
+`switchboard login`, on the server's API."""
 
 from __future__ import annotations
 
 import typer
 
-from .common import emit, human, run
+from .backend import backend
+from .common import emit
 
 app = typer.Typer(no_args_is_help=True, help="Notification sinks: dead letters, stuck queues and a digest, to chat.")
-UserOpt = typer.Option(None, "--user", help="Act as this human (default: SWITCHBOARD_USER).")
+UserOpt = typer.Option(None, "--user", help="Local-admin act: on this machine's database, act as this human without "
+                                             "their credential (default: SWITCHBOARD_USER). Refused against a "
+                                             "remote server, where the API token's human acts.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object.")
+TeamOpt = typer.Option(None, "--team", help="A team's sinks (its slug) instead of your own: the team's queues; "
+                                            "added, removed, enabled and tested by its owners and admins.")
 
 
 def _line(s: dict) -> str:
     state = "enabled" if s["enabled"] else f"disabled ({s['disabled_reason'] or 'by hand'})"
-    return (f"{s['sink_id']}  {s['name']} [{s['kind']}]  {state}  {s['url']}\n"
+    team = s["owner"].get("team")
+    return (f"{s['sink_id']}  {s['name']} [{s['kind']}]{f' of team {team}' if team else ''}  {state}  {s['url']}\n"
             f"    events: {', '.join(s['events'])}; stuck after {s['stuck_minutes']} min; "
             f"digest at {s['digest_hour']:02d}:00 {s['timezone']}; "
             f"last: {s['last_status'] or '-'} at {s['last_attempt_at'] or '-'}")
@@ -33,28 +42,20 @@ def sink_add(kind: str = typer.Argument(..., help="slack, discord, teams or gene
                                                                                   "0-23 (default 9)."),
              timezone: str | None = typer.Option(None, "--timezone", help="IANA time zone of the digest "
                                                                             "hour (default UTC)."),
-             user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
-    """Add a sink for every queue of your endpoints."""
-    from ..core import sinks
-
-    async def work(core):
-        return await sinks.add(core, await human(core, user), kind=kind, url=url, name=name,
-                               events=event or None, stuck_minutes=stuck_minutes, digest_hour=digest_hour,
-                               timezone_name=timezone)
-
-    sink = run(work)
-    emit({"sink": sink}, as_json, lambda o: typer.echo("added " + _line(o["sink"])))
+             team: str | None = TeamOpt, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Add a sink for every queue of your endpoints (or, with --team, for the team's queues)."""
+    fields = dict(kind=kind, url=url, name=name, events=event or None, stuck_minutes=stuck_minutes,
+                  digest_hour=digest_hour, timezone=timezone)
+    where = backend(user)
+    out = where.sink_add(**fields) if team is None else where.team_sink_add(team, **fields)
+    emit(out, as_json, lambda o: typer.echo("added " + _line(o["sink"])))
 
 
 @app.command("list")
-def sink_list(user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
-    """List your sinks (URL queries redacted)."""
-    from ..core import sinks
-
-    async def work(core):
-        return await sinks.list_for_owner(core, await human(core, user))
-
-    rows = run(work)
+def sink_list(team: str | None = TeamOpt, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
+    """List your sinks, or a team's with --team (URL queries redacted)."""
+    where = backend(user)
+    out = where.sink_list() if team is None else where.team_sink_list(team)
 
     def text(o: dict) -> None:
         if not o["sinks"]:
@@ -62,51 +63,61 @@ def sink_list(user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
         for s in o["sinks"]:
             typer.echo(_line(s))
 
-    emit({"sinks": rows}, as_json, text)
+    emit(out, as_json, text)
 
 
 @app.command("remove")
-def sink_remove(sink_id: str = typer.Argument(..., metavar="ID"), user: str | None = UserOpt,
-                as_json: bool = JsonOpt) -> None:
-    """Remove a sink with its queued messages."""
-    from ..core import sinks
-
-    async def work(core):
-        return await sinks.remove(core, await human(core, user), sink_id)
-
-    removed = run(work)
-    emit({"removed": removed}, as_json, lambda o: typer.echo(f"removed sink {o['removed']['sink_id']}"))
+def sink_remove(sink_id: str = typer.Argument(..., metavar="ID"), team: str | None = TeamOpt,
+                user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Remove a sink with its queued messages (a team's with --team)."""
+    where = backend(user)
+    out = where.sink_remove(sink_id) if team is None else where.team_sink_remove(team, sink_id)
+    emit(out, as_json, lambda o: typer.echo(f"removed sink {o['removed']['sink_id']}"))
 
 
 @app.command("enable")
-def sink_enable(sink_id: str = typer.Argument(..., metavar="ID"), user: str | None = UserOpt,
-                as_json: bool = JsonOpt) -> None:
-    """Turn a sink disabled after repeated failures back on (its failure count starts again at 0)."""
-    from ..core import sinks
-
-    async def work(core):
-        return await sinks.enable(core, await human(core, user), sink_id)
-
-    sink = run(work)
-    emit({"sink": sink}, as_json, lambda o: typer.echo(f"enabled sink {o['sink']['sink_id']}"))
+def sink_enable(sink_id: str = typer.Argument(..., metavar="ID"), team: str | None = TeamOpt,
+                user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Turn a sink disabled after repeated failures back on (its failure count starts again at 0; a
+    team's with --team)."""
+    where = backend(user)
+    out = where.sink_enable(sink_id) if team is None else where.team_sink_enable(team, sink_id)
+    emit(out, as_json, lambda o: typer.echo(f"enabled sink {o['sink']['sink_id']}"))
 
 
 @app.command("test")
-def sink_test(sink_id: str = typer.Argument(..., metavar="ID"), user: str | None = UserOpt,
-              as_json: bool = JsonOpt) -> None:
-    """Send a test message now and say how it went (exit 1 when it was not delivered)."""
-    from ..web.sinks import send_test
-
-    async def work(core):
-        return await send_test(core, await human(core, user), sink_id)
-
-    outcome = run(work)
+def sink_test(sink_id: str = typer.Argument(..., metavar="ID"), team: str | None = TeamOpt,
+              user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Send a test message now and say how it went (exit 1 when it was not delivered; a team's sink
+    with --team)."""
+    where = backend(user)
+    out = where.sink_test(sink_id) if team is None else where.team_sink_test(team, sink_id)
 
     def text(o: dict) -> None:
         t = o["test"]
         shown = f"HTTP {t['status_code']}" if t["status_code"] is not None else t["result"]
         typer.echo(("delivered" if t["delivered"] else f"not delivered: {t['error'] or shown}") + f" ({shown})")
 
-    emit({"test": outcome}, as_json, text)
-    if not outcome["delivered"]:
+    emit(out, as_json, text)
+    if not out["test"]["delivered"]:
         raise typer.Exit(1)
+
+
+@app.command("deliveries")
+def sink_deliveries(sink: str | None = typer.Option(None, "--sink", metavar="ID", help="Only this sink's messages."),
+                    limit: int = typer.Option(20, "--limit", help="At most this many (1-500)."),
+                    team: str | None = TeamOpt, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
+    """The messages of your sinks (or a team's, with --team), newest first, and how their last attempt
+    went."""
+    where = backend(user)
+    out = (where.sink_deliveries(sink_id=sink, limit=limit) if team is None
+           else where.team_sink_deliveries(team, sink_id=sink, limit=limit))
+
+    def text(o: dict) -> None:
+        if not o["deliveries"]:
+            typer.echo("no deliveries")
+        for d in o["deliveries"]:
+            typer.echo(f"{d['created_at']}  {d['event']:<11} {d['sink_id']}  {d['state']:<9} "
+                       f"attempts {d['attempts']}  last {d['last_status_code'] or d['last_result'] or '-'}")
+
+    emit(out, as_json, text)
