@@ -241,7 +241,7 @@ def json_reply(body: Any, status: int = 200, *, secret: bool = False) -> JSONRes
 
 
 # --------------------------------------------------------------------- the other /api/v1 modules
-# The intake and sinks routes (web/intake_api.py, web/sinks_api.py) take the human, not the token.
+# The intake routes (web/intake_api.py) take the human, not the token.
 
 Handler = Callable[[Request, Any], Awaitable[Response]]
 
