@@ -72,11 +72,10 @@ def test_make_test_writes_no_tracked_screenshot_and_make_screenshots_refreshes_t
     assert "SWITCHBOARD_SCREENS_DIR" not in make_n("test")
     screenshots = make_n("screenshots")
     assert f"SWITCHBOARD_SCREENS_DIR={ROOT}/docs/screens" in screenshots
-    # Every test that takes a committed screenshot runs there: a name in docs/screens comes from one of them.
-    taking = {"tests/test_board_screens.py", "tests/test_board_auth.py", "tests/test_board_drawer.py",
-              "tests/test_a2ui_render.py", "tests/test_account.py", "tests/test_intake_board.py",
-              "tests/test_sinks_board.py", "tests/test_board_teams.py"}
-    assert all(name in screenshots for name in taking), screenshots
+    # Every committed screenshot is taken by a test that `make screenshots` runs: a name in docs/screens
+    # comes from one of the test files its command names.
+    taking = set(re.findall(r"tests/test_\w+\.py", screenshots))
+    assert {"tests/test_board_screens.py", "tests/test_a2ui_render.py"} <= taking, screenshots
     named = set()
     for test in taking:
         text = (ROOT / test).read_text()
