@@ -19,22 +19,26 @@ import pytest
 
 from conftest import make_settings, start_thread_server
 from mcp_support import push, vend
-from switchboard.core import api_tokens, endpoints, hooks, sinks, teams, todos
+from switchboard.core import api_tokens, endpoints, hooks, intakes, sinks, teams, todos
 from switchboard.web.api import OPERATIONS
 from switchboard.web.api.models import ACTION_MODELS
 
 TABLES = ("humans", "human_tokens", "agents", "endpoints", "todos", "todo_attempts", "settings",
-          "notify_hooks", "hook_outbox", "notification_sinks", "sink_outbox")
+          "notify_hooks", "hook_outbox", "notification_sinks", "sink_outbox", "intakes", "intake_quarantine",
+          "intake_seen")
 UNKNOWN = {"slug": "nosuchslug00", "id": "td_00000000-0000-0000-0000-000000000000",
            "hook_id": "00000000-0000-0000-0000-000000000000", "ref": "00000000-0000-0000-0000-000000000000",
            "key": "retention_max_age_days", "team": "nosuchteam00", "human": "nosuchhuman00",
-           "scope": "endpoint:nosuchslug00", "queue": "build", "sink_id": "00000000-0000-0000-0000-000000000000"}
+           "scope": "endpoint:nosuchslug00", "queue": "build", "sink_id": "00000000-0000-0000-0000-000000000000",
+           "intake": "00000000-0000-0000-0000-000000000000", "item": "999999999"}
 # A body each operation accepts, so a refusal is about the object and not the body.
 GOOD_BODIES = {"todo_push": {"title": "t", "queue": "build"}, "todo_input": {"payload": 1},
                "todo_push_batch": {"todos": [{"title": "t", "queue": "build"}]},
                "hook_add": {"url": "http://127.0.0.1:9/h"}, "team_hook_add": {"url": "http://127.0.0.1:9/h"},
                "sink_add": {"kind": "slack", "url": "http://127.0.0.1:9/s"},
                "team_sink_add": {"kind": "slack", "url": "http://127.0.0.1:9/s"},
+               "intake_create": {"name": "in", "endpoint": "nosuchslug00", "source": "github"},
+               "intake_rules_set": {"rules": [{"title": "'t'"}]},
                "endpoint_vend": {"agent": "a"},
                "settings_set": {"value": 40}, "team_create": {"slug": "crew"}, "team_member_add": {"human": "bob"},
                "team_member_role": {"role": "member"}, "team_grant": {"queue": "build", "endpoint": "nosuchslug00"},
@@ -83,7 +87,8 @@ async def fingerprint(core) -> list:
 
 async def world(core, base: str):
     """alice (the first human: the admin) with a write and a read token and two endpoints; bob with
-    his own endpoint, todo, hook, sink, token and team (with a sink of its own)."""
+    his own endpoint, todo, hook, sink, token, team (with a sink of its own) and intake (with a
+    quarantined delivery)."""
     agent = await vend(core, "alice", queues=["build", "deploy"])
     write, _ = await api_tokens.create(core, agent.human, scope_name="write")
     read, _ = await api_tokens.create(core, agent.human, scope_name="read")
@@ -94,9 +99,13 @@ async def world(core, base: str):
     bobs_team = await teams.create(core, other.human, "bobs-team")
     bobs_sink = await sinks.add(core, other.human, kind="slack", url="http://127.0.0.1:9/s")
     await sinks.add_for_team(core, other.human, bobs_team["slug"], kind="slack", url="http://127.0.0.1:9/t")
+    bobs_intake, intake_token, _ = await intakes.create(core, other.human, name="bobs-intake", endpoint=other.slug,
+                                                        source="github", rules=[])
+    held = await intakes.deliver(core, await intakes.by_token(core, intake_token),
+                                 {"event": "push", "delivery": "d-1", "headers": {}, "body": {}})
     foreign = {"slug": other.slug, "id": bobs_todo["id"], "hook_id": bobs_hook["hook_id"], "ref": bobs_token["id"],
                "team": bobs_team["slug"], "human": "bob", "scope": f"endpoint:{other.slug}", "queue": "build",
-               "sink_id": bobs_sink["sink_id"]}
+               "sink_id": bobs_sink["sink_id"], "intake": bobs_intake["intake_id"], "item": str(held["item_id"])}
     return agent, Api(base, write), Api(base, read), other, foreign
 
 

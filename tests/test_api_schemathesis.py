@@ -2,11 +2,11 @@
 
 A live server (uvicorn on a free port, the real database) with seeded data: a human with a write
 token, endpoints with todos in several states, a hook, a second token, a team, a sink of the human's
-and one of the team's. Every operation of the document gets generated requests, valid ones and
-invalid ones; about half of them name a seeded object instead of a random id, so the handlers run
-past `not_found` too. The checks: no 5xx, every answer matches the document's schema for its
-status, every status is one the document lists, and every answer has the documented content type and
-headers.
+and one of the team's, an intake with a quarantined delivery. Every operation of the document gets
+generated requests, valid ones and invalid ones; about half of them name a seeded object instead of a
+random id, so the handlers run past `not_found` too. The checks: no 5xx, every answer matches the
+document's schema for its status, every status is one the document lists, and every answer has the
+documented content type and headers.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
 
 from conftest import make_settings, start_thread_server
 from mcp_support import push, vend
-from switchboard.core import admission, api_tokens, endpoints, hooks, producer, sinks, teams, todos
+from switchboard.core import admission, api_tokens, endpoints, hooks, intakes, producer, sinks, teams, todos
 
 # Schemathesis' own strategies draw with `random` inside; Hypothesis warns about it on every run.
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
@@ -71,11 +71,18 @@ async def seed(core) -> tuple[str, dict[str, list[str]]]:
     # A sink of the human's and one of the team's (their test messages go nowhere: port 9 refuses).
     own_sink = await sinks.add(core, agent.human, kind="slack", url="http://127.0.0.1:9/sink")
     team_sink = await sinks.add_for_team(core, agent.human, team["slug"], kind="generic", url="http://127.0.0.1:9/team")
+    # An intake whose one rule does not match a push, and a push delivery held in its quarantine.
+    intake, intake_token, _ = await intakes.create(core, agent.human, name="gh", endpoint=agent.slug, source="github",
+                                                   queue="build", rules=[{"filter": "event == 'issues'",
+                                                                          "title": "body.issue.title"}])
+    held = await intakes.deliver(core, await intakes.by_token(core, intake_token),
+                                 {"event": "push", "delivery": "p-1", "headers": {}, "body": {"ref": "main"}})
     return token, {"slug": [agent.slug, spare.slug], "id": ids, "hook_id": [hook["hook_id"]],
                    "ref": [other["id"], other["prefix"]], "key": ["retention_max_age_days"],
                    "team": [team["slug"]], "human": [agent.human.name],
                    "scope": ["team:crew", f"endpoint:{agent.slug}"], "queue": ["build"],
-                   "sink_id": [own_sink["sink_id"], team_sink["sink_id"]]}
+                   "sink_id": [own_sink["sink_id"], team_sink["sink_id"]],
+                   "intake": [intake["intake_id"], intake["name"]], "item": [str(held["item_id"])]}
 
 
 def with_seeded(strategy, real: dict[str, list[str]]):

@@ -37,7 +37,6 @@ from . import api as web_api
 from . import board as web_board
 from . import hooks as web_hooks
 from . import hosts as web_hosts
-from . import intake_api as web_intake_api
 from . import intake_hook as web_intake_hook
 from . import metrics as web_metrics
 from . import oauth as web_oauth
@@ -101,7 +100,7 @@ def compose(runtime: Runtime) -> tuple[Surfaces, list[Component]]:
         mcp_server.component(mcp),
         mcp_doorbell.component(doorbell),
         web_api.component(),
-        web_intake_hook.component(intake), web_intake_api.component(),  # POST /webhooks/w/…, /api/v1/intakes
+        web_intake_hook.component(intake),  # POST /webhooks/w/… (the intakes' API is among web_api's operations)
         web_oauth.component(runtime),  # OAuth for MCP hosts: metadata, authorization server, consent
         web_board.component(board, runtime),
         web_security.component(),  # its wrap adds the security headers to every response

@@ -9,12 +9,11 @@ one place). A database that did not answer in time (or could not be reached) is 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -37,7 +36,6 @@ STATUS = {"invalid": 400, "unauthorized": 401, "forbidden": 403, "not_found": 40
 UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="switchboard"'}
 RETRY_UNAVAILABLE_SECONDS = 1
 LIMITER_MAX_KEYS = 10_000
-READ_METHODS = frozenset({"GET", "HEAD"})
 
 
 class ApiError(Exception):
@@ -238,51 +236,3 @@ def _log(request: Request, status: int, caller: TokenCaller | None, started: flo
 def json_reply(body: Any, status: int = 200, *, secret: bool = False) -> JSONResponse:
     """A JSON answer; one that carries a secret shown once is never stored by a cache."""
     return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"} if secret else None)
-
-
-# --------------------------------------------------------------------- the other /api/v1 modules
-# The intake routes (web/intake_api.py) take the human, not the token.
-
-Handler = Callable[[Request, Any], Awaitable[Response]]
-
-
-def _route(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
-    """A route of another /api/v1 module: `fn(request, human)`, with the same token, scope (a read
-    token may only GET), rate limit, errors and log line as this API's own routes."""
-
-    async def endpoint(request: Request) -> Response:
-        return await handle(request, lambda caller: fn(request, caller.human),
-                            write=request.method not in READ_METHODS)
-
-    endpoint.__name__ = fn.__name__
-    return endpoint
-
-
-async def _body(request: Request, allowed: Iterable[str]) -> dict:
-    """The JSON object body (empty when there is none), with only `allowed` fields, within the cap."""
-    raw = await read_raw(request)
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise Invalid("the body must be a JSON object", argument="body") from None
-    if not isinstance(body, dict):
-        raise Invalid("the body must be a JSON object", argument="body")
-    allowed = tuple(allowed)
-    for key in body:
-        if key not in allowed:
-            name = _printable(key)
-            raise Invalid(f"unknown field {name}", argument=name)
-    return body
-
-
-def _query_int(request: Request, name: str) -> int | None:
-    """Decode an integer query parameter; absent or empty leaves it to the core's default."""
-    value = request.query_params.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise Invalid(f"{name} must be an integer", argument=name) from None

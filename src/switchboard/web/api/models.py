@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema, create_model
 
-from ...core import actions, admission, api_tokens, hooks, inputs, sink_messages, sinks, teams
+from ...core import actions, admission, api_tokens, hooks, inputs, intake_rules, intakes, sink_messages, sinks, teams
 from ...core.models import VERBS
 from ...core.states import TODO_STATES
 
@@ -25,12 +25,14 @@ if TYPE_CHECKING:  # built from the core's tuples at import; plain strings to th
     HookEvent = str
     SinkKind = str
     SinkEvent = str
+    IntakeSource = str
     Verb = str
 else:
     TodoState = Literal[tuple(TODO_STATES)]
     HookEvent = Literal[tuple(hooks.EVENTS)]
     SinkKind = Literal[tuple(sink_messages.KINDS)]
     SinkEvent = Literal[tuple(sink_messages.EVENTS)]
+    IntakeSource = Literal[tuple(intakes.SOURCES)]
     Verb = Literal[tuple(VERBS)]
 Scope = Literal["read", "write"]
 TeamRole = Literal["owner", "admin", "member"]
@@ -445,6 +447,155 @@ class SinkDeliveryList(Reply):
 class SinkDeliveriesQuery(Query):
     limit: int = Field(50, description="At most this many (1-500).")
     sink_id: str | None = Field(None, description="Only this sink's messages.")
+
+
+# ---------------------------------------------------------------------------------------- intakes
+
+EXPRESSION = intake_rules.EXPRESSION_MAX_CHARS
+
+
+class IntakeRule(Request):
+    """A routing rule: JMESPath expressions over the delivery document `{"event", "delivery", "headers",
+    "body"}` (docs/intake.md). Each expression is compiled when the rules are stored; a bad one is
+    `invalid` naming `rules[i].field`."""
+
+    name: str | None = Field(None, max_length=intake_rules.NAME_MAX_CHARS, description="Plain text, for you.")
+    filter: str | None = Field(None, max_length=EXPRESSION,
+                               description="The rule applies when this is truthy; no filter matches everything.")
+    title: str = Field(min_length=1, max_length=EXPRESSION, description="The todo's title.")
+    payload: str | None = Field(None, max_length=EXPRESSION, description="The todo's payload (default `body`).")
+    kind: str | None = Field(None, max_length=EXPRESSION, description="The todo's kind.")
+    key: str | None = Field(None, max_length=EXPRESSION,
+                            description="The idempotency key (default: the delivery id).")
+    max_attempts: str | None = Field(None, max_length=EXPRESSION,
+                                     description="An expression giving a whole number from 1 to 100 (a JSON "
+                                                 "literal goes in backticks).")
+
+
+RULES_HELP = f"At most {intake_rules.MAX_RULES} rules; the first whose filter is truthy shapes the todo."
+
+
+class IntakeRequest(Request):
+    name: str = Field(min_length=1, max_length=intakes.NAME_MAX_CHARS,
+                      description="Unique among your intakes; one line without / ? # % or \\ (it names the "
+                                  "intake in URLs).")
+    endpoint: str = Field(description="The slug of your endpoint whose queue gets the todos.")
+    source: IntakeSource = Field(description="How deliveries are verified (docs/intake.md, source kinds).")
+    queue: str | None = Field(None, description="The endpoint's queue (required when it has several).")
+    secret: str | None = Field(None, max_length=intakes.SECRET_MAX_BYTES,
+                               description=f"The sender's secret, {intakes.SECRET_MIN_BYTES} to "
+                                           f"{intakes.SECRET_MAX_BYTES} printable ASCII characters (`standard`: "
+                                           "whsec_ and base64); default: a fresh one.")
+    rules: list[IntakeRule] | None = Field(None, max_length=intake_rules.MAX_RULES,
+                                           description=RULES_HELP + " null or left out: none.")
+
+
+class IntakeRulesRequest(Request):
+    rules: list[IntakeRule] | None = Field(max_length=intake_rules.MAX_RULES,
+                                           description="The new rules, replacing every one (null or [] for none). "
+                                                       + RULES_HELP)
+
+
+class EmptyRequest(Request):
+    """No fields: send nothing or `{}`."""
+
+
+class IntakeRuleStored(Reply):
+    name: str | None = None
+    filter: str | None = None
+    title: str
+    payload: str | None = None
+    kind: str | None = None
+    key: str | None = None
+    max_attempts: str | None = None
+
+
+class Intake(Reply):
+    """An intake as its owner sees it: never the secret, never the URL's token (only its prefix)."""
+
+    intake_id: str
+    name: str
+    endpoint: str = Field(description="The slug of the endpoint whose queue gets the todos.")
+    endpoint_state: str
+    queue: str
+    source: str
+    token_prefix: str
+    enabled: bool = Field(description="false: paused, its URL answers like an unknown one.")
+    rules: list[IntakeRuleStored]
+    created_at: str | None
+    accepted: int = Field(description="Deliveries that became todos.")
+    duplicates: int = Field(description="Redeliveries answered with the todo an earlier one made.")
+    quarantined: int = Field(description="Deliveries quarantined so far.")
+    verify_failures: int = Field(description="Deliveries refused: bad signature, stale timestamp.")
+    last_delivery_at: str | None
+    last_failure_at: str | None
+    held: int = Field(description="Deliveries in the quarantine now.")
+
+
+class IntakeCreated(Reply):
+    intake: Intake
+    url: str = Field(description="Where the sender posts its webhooks; shown once (its token is not kept).")
+    token: str = Field(description="The URL's token (`sbi_…`), shown once.")
+    secret: str = Field(description="The secret the sender signs with, shown once.")
+
+
+class IntakeReply(Reply):
+    intake: Intake
+
+
+class IntakeList(Reply):
+    intakes: list[Intake]
+
+
+class IntakeRemoved(Reply):
+    removed: Intake
+
+
+class QuarantineEntry(Reply):
+    item_id: int
+    received_at: str | None
+    event: str | None
+    delivery: str | None = Field(description="The sender's delivery id.")
+    reason: str = Field(description="Why no todo was made: no rule matched, or which rule failed and how.")
+    replays: int = Field(description="Replays that quarantined it again.")
+    size: int = Field(description="The delivery document's size in bytes.")
+
+
+class QuarantineList(Reply):
+    quarantine: list[QuarantineEntry]
+
+
+class QuarantineQuery(Query):
+    limit: int | None = Field(None, description=f"At most this many (1-{intakes.QUARANTINE_MAX}, default "
+                                                   f"{intakes.QUARANTINE_MAX}).")
+
+
+class QuarantinedDelivery(Reply):
+    item_id: int
+    received_at: str | None
+    event: str | None
+    delivery: str | None
+    reason: str
+    replays: int
+    document: Json = Field(description="The delivery document the rules saw: event, delivery, headers, body.")
+
+
+class QuarantinedReply(Reply):
+    item: QuarantinedDelivery
+
+
+class Dropped(Reply):
+    item_id: int
+    dropped: bool
+
+
+class DroppedReply(Reply):
+    dropped: Dropped
+
+
+class Replayed(Reply):
+    todo: Todo
+    created: bool = Field(description="false: a live todo already had the rule's key, and it is returned.")
 
 
 # --------------------------------------------------------------------------------------- settings

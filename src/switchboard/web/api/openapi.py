@@ -30,11 +30,18 @@ PATH_HELP = {
     "slug": "The endpoint's slug.", "id": "The todo's id.", "hook_id": "The notify hook's id.",
     "ref": "The token's id or display prefix.", "key": "The setting's name.", "team": "The team's slug.",
     "human": "A member's user name.", "sink_id": "The notification sink's id.",
+    "intake": "The intake's id or name.", "item": "A quarantined delivery's id (a number).",
     "scope": "Whose queue: `endpoint:<endpoint-slug>` or `team:<team-slug>`.",
     "queue": "The queue's name (a team queue's name without the `team:<team-slug>/` of its label).",
 }
-# Path parameters with a narrower form than an id.
-PATH_PATTERN = {"scope": r"^(endpoint|team):[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{0,63}$", "queue": m.QUEUE_PATTERN}
+# An intake's id or name: 1-64 characters, no control character and none of / ? # % \ (core/intakes.py),
+# and never `.` or `..`, which a URL resolves away.
+_NAME_CHAR = r"[^\x00-\x1f\x7f/?#%\\]"
+_NAME_PATTERN = (rf"^(?:[^.\x00-\x1f\x7f/?#%\\]{_NAME_CHAR}{{0,63}}|\.[^.\x00-\x1f\x7f/?#%\\]{_NAME_CHAR}{{0,62}}"
+                 rf"|\.\.{_NAME_CHAR}{{1,62}})$")
+# Path parameters with another form than an id.
+PATH_PATTERN = {"scope": r"^(endpoint|team):[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{0,63}$", "queue": m.QUEUE_PATTERN,
+                "intake": _NAME_PATTERN, "item": r"^[0-9]{1,18}$"}
 ERRORS = {
     400: "Bad input (`invalid`): the field, parameter or header is named in `argument`; nothing changed.",
     401: "No valid API token (`unauthorized`).",
@@ -58,6 +65,9 @@ TAGS = [
     ("hooks", "Notify hooks: signed webhooks of an endpoint's or a team's todo events."),
     ("sinks", "Notification sinks: chat webhooks (Slack, Discord, Microsoft Teams, generic JSON) for dead "
               "letters, stuck queues and a daily digest; yours or a team's."),
+    ("intakes", "Webhook intakes: signed webhooks from GitHub and other systems become todos on one of your "
+                "endpoints' queues, shaped by routing rules; deliveries no rule matched wait in a quarantine to be "
+                "replayed or dropped."),
     ("settings", "Operator settings kept in the database, and a sweep on demand (admins only)."),
     ("tokens", "Your own API tokens, with a scope and an expiry."),
 ]
@@ -142,7 +152,8 @@ def build(ops: list[Operation] | None = None) -> dict:
     return {
         "openapi": "3.1.0",
         "info": {"title": "Switchboard human API", "version": __version__,
-                 "description": "Act on your endpoints, todos, teams, queues, hooks, sinks and tokens as yourself "
+                 "description": "Act on your endpoints, todos, teams, queues, hooks, sinks, intakes and tokens as "
+                                "yourself "
                                 "(`docs/api.md`). Every route takes an API token: `Authorization: Bearer sbh_…`."},
         "servers": [{"url": "/"}],
         "tags": [{"name": n, "description": d} for n, d in TAGS],

@@ -24,6 +24,7 @@ from ...core import (
     endpoints,
     hooks,
     inputs,
+    intakes,
     producer,
     settings_store,
     sinks,
@@ -358,6 +359,70 @@ async def team_sink_deliveries(call: Call) -> Response:
     return json_reply({"deliveries": rows})
 
 
+# ---------------------------------------------------------------------------------------- intakes
+
+def _rules(value: Any) -> Any:
+    """The validated rules as the JSON the core checks and stores (a field sent as null left out)."""
+    if value is None:
+        return None
+    return [rule.model_dump(exclude_none=True) for rule in value]
+
+
+async def create_intake(call: Call) -> Response:
+    f = call.fields()
+    if "rules" in f:
+        f["rules"] = _rules(f["rules"])
+    intake, token, secret = await intakes.create(call.core, call.human, **f)
+    url = call.request.app.state.ctx.settings.public_base_url + intakes.hook_path(token)
+    # The URL's token and the secret are shown this once: never cached.
+    return json_reply({"intake": intake, "url": url, "token": token, "secret": secret}, 201, secret=True)
+
+
+async def list_intakes(call: Call) -> Response:
+    return json_reply({"intakes": await intakes.list_for_human(call.core, call.human)})
+
+
+async def show_intake(call: Call) -> Response:
+    return json_reply({"intake": await intakes.get(call.core, call.human, call.path("intake"))})
+
+
+async def set_intake_rules(call: Call) -> Response:
+    assert isinstance(call.body, m.IntakeRulesRequest)
+    intake = await intakes.set_rules(call.core, call.human, call.path("intake"), _rules(call.body.rules))
+    return json_reply({"intake": intake})
+
+
+def _intake_enabled(enabled: bool) -> Run:
+    async def run(call: Call) -> Response:
+        return json_reply({"intake": await intakes.set_enabled(call.core, call.human, call.path("intake"), enabled)})
+
+    return run
+
+
+async def remove_intake(call: Call) -> Response:
+    return json_reply({"removed": await intakes.remove(call.core, call.human, call.path("intake"))})
+
+
+async def list_quarantine(call: Call) -> Response:
+    assert isinstance(call.query, m.QuarantineQuery)
+    rows = await intakes.quarantine(call.core, call.human, call.path("intake"), limit=call.query.limit)
+    return json_reply({"quarantine": rows})
+
+
+async def show_quarantined(call: Call) -> Response:
+    return json_reply({"item": await intakes.quarantined(call.core, call.human, call.path("intake"),
+                                                         call.path("item"))})
+
+
+async def drop_quarantined(call: Call) -> Response:
+    return json_reply({"dropped": await intakes.drop(call.core, call.human, call.path("intake"), call.path("item"))})
+
+
+async def replay_quarantined(call: Call) -> Response:
+    todo, created = await intakes.replay(call.core, call.human, call.path("intake"), call.path("item"))
+    return json_reply({"todo": todo, "created": created}, 201 if created else 200)
+
+
 # ------------------------------------------------------------------------------------------ teams
 
 async def create_team(call: Call) -> Response:
@@ -657,6 +722,42 @@ OPERATIONS: list[Operation] = [
     Operation("POST", "/api/v1/teams/{team}/sinks/{sink_id}/test", "team_sink_test", "sinks",
               "Send a test message to a team's sink", send_team_sink_test, m.SinkTestReply,
               description="Owners and admins, as for your own sinks."),
+    # webhook intakes (the paths and answers they had when web/intake_api.py served them)
+    Operation("POST", "/api/v1/intakes", "intake_create", "intakes", "Create a webhook intake", create_intake,
+              m.IntakeCreated, status=201, body=m.IntakeRequest,
+              description="Signed webhooks from another system become todos on one queue of one of your endpoints, "
+                          "shaped by the routing rules (`switchboard intake create`). Every rule's expressions are "
+                          "compiled first; a bad one is `invalid` naming `rules[i].field`. The URL (its token) and "
+                          "the secret are in this answer only."),
+    Operation("GET", "/api/v1/intakes", "intake_list", "intakes", "List your intakes", list_intakes, m.IntakeList,
+              description="With their counters; never a secret, only the URL token's prefix."),
+    Operation("GET", "/api/v1/intakes/{intake}", "intake_show", "intakes", "Show an intake", show_intake,
+              m.IntakeReply, description="Its target, counters and rules."),
+    Operation("DELETE", "/api/v1/intakes/{intake}", "intake_remove", "intakes", "Remove an intake", remove_intake,
+              m.IntakeRemoved, description="With its quarantine; its URL stops working at once."),
+    Operation("PUT", "/api/v1/intakes/{intake}/rules", "intake_rules_set", "intakes", "Replace an intake's rules",
+              set_intake_rules, m.IntakeReply, body=m.IntakeRulesRequest,
+              description="Every expression is compiled first; a bad one is `invalid` naming `rules[i].field` and "
+                          "the rules stay as they were."),
+    Operation("POST", "/api/v1/intakes/{intake}/disable", "intake_disable", "intakes", "Pause an intake",
+              _intake_enabled(False), m.IntakeReply, body=m.EmptyRequest,
+              description="Its URL answers 401, as for an unknown one, and nothing is stored until it is enabled."),
+    Operation("POST", "/api/v1/intakes/{intake}/enable", "intake_enable", "intakes", "Resume a paused intake",
+              _intake_enabled(True), m.IntakeReply, body=m.EmptyRequest),
+    Operation("GET", "/api/v1/intakes/{intake}/quarantine", "intake_quarantine", "intakes",
+              "List an intake's quarantined deliveries", list_quarantine, m.QuarantineList, query=m.QuarantineQuery,
+              description="The deliveries no rule matched, or whose rule failed, newest first, with the reason."),
+    Operation("GET", "/api/v1/intakes/{intake}/quarantine/{item}", "intake_quarantine_show", "intakes",
+              "Show a quarantined delivery", show_quarantined, m.QuarantinedReply,
+              description="With the delivery document the rules saw."),
+    Operation("DELETE", "/api/v1/intakes/{intake}/quarantine/{item}", "intake_quarantine_drop", "intakes",
+              "Drop a quarantined delivery", drop_quarantined, m.DroppedReply, description="Gone for good."),
+    Operation("POST", "/api/v1/intakes/{intake}/quarantine/{item}/replay", "intake_replay", "intakes",
+              "Replay a quarantined delivery", replay_quarantined, m.Replayed, status=201, also=(200,),
+              description="Routed again with the intake's current rules: 201 with `created: true` when it became a "
+                          "todo, 200 with `created: false` when a live todo already had its key; either way it "
+                          "leaves the quarantine. Still no todo: 409 `conflict` (`still quarantined: …`, argument "
+                          "`rules`), and it stays with the new reason."),
     # teams
     Operation("POST", "/api/v1/teams", "team_create", "teams", "Create a team", create_team, m.TeamCreated,
               status=201, body=m.TeamRequest,
