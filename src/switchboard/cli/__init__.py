@@ -31,11 +31,13 @@ from .common import EXIT_USAGE, emit, fail_usage, read_json_arg, settings, usage
 
 HELP = ("Switchboard: a durable work queue for AI agents, spoken over MCP.\n\n"
         "Where commands act: after `switchboard login URL` (or with SWITCHBOARD_URL and SWITCHBOARD_TOKEN set), "
-        "every queue command (endpoint, todo, team, queue, hook, sink, settings, token, sweep) goes to that server's "
-        "API over HTTP, acting as the token's human. Without a URL, commands work on this machine's database as "
-        "its operator, acting for the human named by --user or SWITCHBOARD_USER (a local-admin act). "
-        "serve, migrate and user always act on this machine's database: they bootstrap a server; "
-        "intake and relay do too, for now.")
+        "every queue command (endpoint, todo, team, queue, hook, sink, intake, settings, token, sweep) goes to that "
+        "server's API over HTTP, acting as the token's human. Without a URL, commands work on this machine's "
+        "database as its operator, acting for the human named by --user or SWITCHBOARD_USER (a local-admin act). "
+        "serve, migrate and user always act on this machine's database: they bootstrap a server. relay always "
+        "talks to a running server, with an endpoint's MCP URL and credential and an API token of its own "
+        "(its flags, or SWITCHBOARD_URL, SWITCHBOARD_CREDENTIAL and SWITCHBOARD_API_TOKEN), and never opens the "
+        "database.")
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help=HELP)
 endpoint_app = typer.Typer(no_args_is_help=True, help="Vend, list and revoke agent endpoints.")

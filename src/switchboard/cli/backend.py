@@ -64,6 +64,20 @@ def _checked(check: Callable[[], Any]) -> Any:
         fail(exc.code, exc.message, EXIT_REFUSED, argument=exc.argument, line=f"{exc.code}: {exc.message}")
 
 
+def _named(value: str, empty: str) -> str:
+    """A path segment naming `value` as the core reads it. A `.` or `..` segment would be resolved away
+    by the URL, so its dots are sent percent-encoded; an empty one would name another route, so it is
+    sent as `empty`, a value the core refuses exactly as it refuses the empty one."""
+    if value in (".", ".."):
+        return value.replace(".", "%2E")
+    return remote.seg(value if value else empty)
+
+
+# What the core refuses as it refuses an empty intake or quarantined delivery: a control character is
+# no intake's name, and no delivery's id is 0.
+NO_INTAKE, NO_ITEM = "\x01", "0"
+
+
 def admission_scope(queue: str, endpoint: str | None) -> tuple[str, str]:
     """Where the human API names a queue identity: (`team:<team-slug>`, queue name) for a team queue's
     label, (`endpoint:<slug>`, queue) for an endpoint's queue; refused as the core refuses it."""
@@ -454,6 +468,60 @@ class Local:
 
         return {"deliveries": self._team(sinks.deliveries_for_team, team, sink_id=sink_id, limit=limit)}
 
+    # webhook intakes: the human's own
+    def intake_create(self, **fields: Any) -> dict:
+        from ..core import intakes
+
+        intake, token, secret = self._team(intakes.create, **fields)
+        return {"intake": intake, "url": settings().public_base_url + intakes.hook_path(token), "token": token,
+                "secret": secret}
+
+    def intake_list(self) -> dict:
+        from ..core import intakes
+
+        return {"intakes": self._team(intakes.list_for_human)}
+
+    def intake_show(self, ref: str) -> dict:
+        from ..core import intakes
+
+        return {"intake": self._team(intakes.get, ref)}
+
+    def intake_set_rules(self, ref: str, rules: Any) -> dict:
+        from ..core import intakes
+
+        return {"intake": self._team(intakes.set_rules, ref, rules)}
+
+    def intake_set_enabled(self, ref: str, enabled: bool) -> dict:
+        from ..core import intakes
+
+        return {"intake": self._team(intakes.set_enabled, ref, enabled)}
+
+    def intake_remove(self, ref: str) -> dict:
+        from ..core import intakes
+
+        return {"removed": self._team(intakes.remove, ref)}
+
+    def intake_quarantine(self, ref: str) -> dict:
+        from ..core import intakes
+
+        return {"quarantine": self._team(intakes.quarantine, ref)}
+
+    def intake_quarantined(self, ref: str, item: str) -> dict:
+        from ..core import intakes
+
+        return {"item": self._team(intakes.quarantined, ref, item)}
+
+    def intake_drop(self, ref: str, item: str) -> dict:
+        from ..core import intakes
+
+        return {"dropped": self._team(intakes.drop, ref, item)}
+
+    def intake_replay(self, ref: str, item: str) -> dict:
+        from ..core import intakes
+
+        todo, created = self._team(intakes.replay, ref, item)
+        return {"todo": todo, "created": created}
+
     # operator settings and sweeps (the machine's operator: no human involved)
     def settings_get(self, key: str | None) -> dict:
         from ..core import settings_store
@@ -701,6 +769,43 @@ class Remote:
 
     def team_sink_deliveries(self, team: str, *, sink_id: str | None, limit: int) -> dict:
         return self.api.get(f"/teams/{remote.seg(team)}/sinks/deliveries", sink_id=sink_id, limit=limit)
+
+    # webhook intakes: the human's own
+    def _intake(self, ref: str, *rest: str) -> str:
+        return "/".join([f"/intakes/{_named(ref, NO_INTAKE)}", *rest])
+
+    def _held(self, ref: str, item: str) -> str:
+        return self._intake(ref, "quarantine", _named(item, NO_ITEM))
+
+    def intake_create(self, **fields: Any) -> dict:
+        return self.api.post("/intakes", _given(**fields))
+
+    def intake_list(self) -> dict:
+        return self.api.get("/intakes")
+
+    def intake_show(self, ref: str) -> dict:
+        return self.api.get(self._intake(ref))
+
+    def intake_set_rules(self, ref: str, rules: Any) -> dict:
+        return self.api.put(self._intake(ref, "rules"), {"rules": rules})
+
+    def intake_set_enabled(self, ref: str, enabled: bool) -> dict:
+        return self.api.post(self._intake(ref, "enable" if enabled else "disable"))
+
+    def intake_remove(self, ref: str) -> dict:
+        return self.api.delete(self._intake(ref))
+
+    def intake_quarantine(self, ref: str) -> dict:
+        return self.api.get(self._intake(ref, "quarantine"))
+
+    def intake_quarantined(self, ref: str, item: str) -> dict:
+        return self.api.get(self._held(ref, item))
+
+    def intake_drop(self, ref: str, item: str) -> dict:
+        return self.api.delete(self._held(ref, item))
+
+    def intake_replay(self, ref: str, item: str) -> dict:
+        return self.api.post(self._held(ref, item) + "/replay")
 
     # operator settings and sweeps (admins)
     def settings_get(self, key: str | None) -> dict:

@@ -2,17 +2,23 @@
 (docs/intake.md).
 
 An intake turns signed webhooks from another system into todos on one of your endpoints' queues.
-`create` prints the URL (its token) and the secret once. INTAKE is an intake's id or name.
+`create` prints the URL (its token) and the secret once. INTAKE is an intake's id or name. Like every
+queue command, on this machine's database or, after `switchboard login`, on the server's API.
 """
 
 from __future__ import annotations
 
+import json
+
 import typer
 
-from .common import emit, human, printable, read_json_arg, run, settings
+from .backend import backend
+from .common import emit, printable, read_json_arg
 
 app = typer.Typer(no_args_is_help=True, help="Webhook intakes: signed webhooks from other systems become todos.")
-UserOpt = typer.Option(None, "--user", help="Act as this human (default: SWITCHBOARD_USER).")
+UserOpt = typer.Option(None, "--user", help="Local-admin act: on this machine's database, act as this human without "
+                                             "their credential (default: SWITCHBOARD_USER). Refused against a "
+                                             "remote server, where the API token's human acts.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object.")
 IntakeArg = typer.Argument(..., metavar="INTAKE", help="The intake's id or name.")
 
@@ -35,16 +41,9 @@ def intake_create(name: str = typer.Argument(..., help="A name for the intake, u
                   rules: str | None = typer.Option(None, "--rules", help="Routing rules: JSON, @file or @-."),
                   user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Make an intake; prints its URL and secret once."""
-    from ..core import intakes
-
     parsed = read_json_arg(rules, "rules")
-
-    async def work(core):
-        return await intakes.create(core, await human(core, user), name=name, endpoint=endpoint, source=source,
-                                    queue=queue, secret=secret, rules=parsed)
-
-    intake, token, key = run(work)
-    url = settings().public_base_url + intakes.hook_path(token)
+    out = backend(user).intake_create(name=name, endpoint=endpoint, source=source, queue=queue, secret=secret,
+                                      rules=parsed)
 
     def text(o: dict) -> None:
         i = o["intake"]
@@ -52,18 +51,13 @@ def intake_create(name: str = typer.Argument(..., help="A name for the intake, u
                    f"  url:     {o['url']}\n  secret:  {o['secret']}\n"
                    "  (both shown once: paste them into the sender's webhook settings now)")
 
-    emit({"intake": intake, "url": url, "token": token, "secret": key}, as_json, text)
+    emit(out, as_json, text)
 
 
 @app.command("list")
 def intake_list(user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Your intakes with their counters (never a secret)."""
-    from ..core import intakes
-
-    async def work(core):
-        return await intakes.list_for_human(core, await human(core, user))
-
-    rows = run(work)
+    out = backend(user).intake_list()
 
     def text(o: dict) -> None:
         if not o["intakes"]:
@@ -71,20 +65,13 @@ def intake_list(user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
         for i in o["intakes"]:
             typer.echo(_summary(i))
 
-    emit({"intakes": rows}, as_json, text)
+    emit(out, as_json, text)
 
 
 @app.command("show")
 def intake_show(ref: str = IntakeArg, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """One intake: its target, counters and rules."""
-    import json
-
-    from ..core import intakes
-
-    async def work(core):
-        return await intakes.get(core, await human(core, user), ref)
-
-    intake = run(work)
+    out = backend(user).intake_show(ref)
 
     def text(o: dict) -> None:
         i = o["intake"]
@@ -92,7 +79,7 @@ def intake_show(ref: str = IntakeArg, user: str | None = UserOpt, as_json: bool 
         typer.echo(f"  id: {i['intake_id']}  url token: {i['token_prefix']}…  created {i['created_at']}")
         typer.echo(printable(json.dumps(i["rules"], indent=2), multiline=True))
 
-    emit({"intake": intake}, as_json, text)
+    emit(out, as_json, text)
 
 
 @app.command("rules")
@@ -100,31 +87,15 @@ def intake_rules(ref: str = IntakeArg,
                  set_: str | None = typer.Option(None, "--set", help="Replace the rules: JSON, @file or @-."),
                  user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Print an intake's routing rules, or replace them with --set (every expression is checked)."""
-    import json
-
-    from ..core import intakes
-
     parsed = read_json_arg(set_, "set")
-
-    async def work(core):
-        who = await human(core, user)
-        if set_ is None:
-            return await intakes.get(core, who, ref)
-        return await intakes.set_rules(core, who, ref, parsed)
-
-    intake = run(work)
+    where = backend(user)
+    intake = (where.intake_show(ref) if set_ is None else where.intake_set_rules(ref, parsed))["intake"]
     emit({"rules": intake["rules"]}, as_json,
          lambda o: typer.echo(printable(json.dumps(o["rules"], indent=2), multiline=True)))
 
 
 def _set_enabled(ref: str, enabled: bool, user: str | None, as_json: bool) -> None:
-    from ..core import intakes
-
-    async def work(core):
-        return await intakes.set_enabled(core, await human(core, user), ref, enabled)
-
-    intake = run(work)
-    emit({"intake": intake}, as_json, lambda o: typer.echo(_summary(o["intake"])))
+    emit(backend(user).intake_set_enabled(ref, enabled), as_json, lambda o: typer.echo(_summary(o["intake"])))
 
 
 @app.command("disable")
@@ -142,13 +113,8 @@ def intake_enable(ref: str = IntakeArg, user: str | None = UserOpt, as_json: boo
 @app.command("remove")
 def intake_remove(ref: str = IntakeArg, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Delete an intake with its quarantine; its URL stops working at once."""
-    from ..core import intakes
-
-    async def work(core):
-        return await intakes.remove(core, await human(core, user), ref)
-
-    removed = run(work)
-    emit({"removed": removed}, as_json, lambda o: typer.echo(f"removed intake {printable(o['removed']['name'])}"))
+    emit(backend(user).intake_remove(ref), as_json,
+         lambda o: typer.echo(f"removed intake {printable(o['removed']['name'])}"))
 
 
 @app.command("quarantine")
@@ -157,19 +123,13 @@ def intake_quarantine(ref: str = IntakeArg,
                       drop: bool = typer.Option(False, "--drop", help="Drop ITEM instead of showing it."),
                       user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """List the deliveries held back (no rule matched, or the rule failed); show or drop one."""
-    import json
-
-    from ..core import intakes
-
-    async def work(core):
-        who = await human(core, user)
-        if item is None:
-            return {"quarantine": await intakes.quarantine(core, who, ref)}
-        if drop:
-            return {"dropped": await intakes.drop(core, who, ref, item)}
-        return {"item": await intakes.quarantined(core, who, ref, item)}
-
-    out = run(work)
+    where = backend(user)
+    if item is None:
+        out = where.intake_quarantine(ref)
+    elif drop:
+        out = where.intake_drop(ref, item)
+    else:
+        out = where.intake_quarantined(ref, item)
 
     def text(o: dict) -> None:
         if "dropped" in o:
@@ -193,12 +153,6 @@ def intake_quarantine(ref: str = IntakeArg,
 def intake_replay(ref: str = IntakeArg, item: str = typer.Argument(..., help="The quarantined delivery."),
                   user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Route a quarantined delivery again with the current rules; on success it becomes a todo."""
-    from ..core import intakes
-
-    async def work(core):
-        return await intakes.replay(core, await human(core, user), ref, item)
-
-    todo, created = run(work)
-    emit({"todo": todo, "created": created}, as_json,
+    emit(backend(user).intake_replay(ref, item), as_json,
          lambda o: typer.echo(f"{'created' if o['created'] else 'found live'} todo {o['todo']['id']}: "
                               f"{printable(o['todo']['title'])}"))
