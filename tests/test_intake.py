@@ -367,6 +367,9 @@ async def test_bad_rules_are_refused_at_creation_naming_the_rule_and_field(core,
         ([{"title": "'ok'", "max_attempts": 3}], "rules[0].max_attempts"),
         ({"title": "'ok'"}, "rules"),
         (["title"], "rules[0]"),
+        # A NUL that jsonb cannot store, and an expression nested past the parser's depth: both were 500s.
+        ([{"title": "'a\u0000b'"}], "rules[0].title"),
+        ([{"title": "'ok'", "kind": "!" * 1500 + "a"}], "rules[0].kind"),
     ]
     for rules, argument in cases:
         r = alice.http.post("/intakes", json={"name": "bad", "endpoint": alice.agent.slug, "source": "github",
@@ -380,6 +383,9 @@ async def test_bad_rules_are_refused_at_creation_naming_the_rule_and_field(core,
                              ({"source": "github", "name": " "}, "name")]:
         r = alice.http.post("/intakes", json={"name": "bad", "endpoint": alice.agent.slug, **fields})
         assert r.status_code == 400 and r.json()["error"]["argument"] == argument, (fields, r.text)
+    # An endpoint that is not theirs is named as the body names it.
+    r = alice.http.post("/intakes", json={"name": "bad", "endpoint": "nosuchslug00", "source": "github"})
+    assert r.status_code == 404 and r.json()["error"]["argument"] == "endpoint", r.text
     assert await rows(core, "SELECT id FROM intakes") == []
     # The same checks guard a rules update.
     made = alice.create(source="github", rules=[ISSUE_RULE])

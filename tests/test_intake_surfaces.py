@@ -332,7 +332,7 @@ def _script(owner: Person, outsider: Person, slug: str) -> dict:
     owner.refused("intake", "create", "gl", "--endpoint", slug, "--source", "gitlab", code="invalid",
                   argument="source")
     owner.refused("intake", "create", "gl", "--endpoint", "nosuchslug00", "--source", "github", code="not_found",
-                  argument="slug")  # the core's name for an endpoint it does not find
+                  argument="endpoint")
     owner.refused("intake", "create", "gl", "--endpoint", slug, "--source", "github", "--rules", '{"title": 1}',
                   code="invalid", argument="rules")
     owner.run("intake", "create", "gl", "--endpoint", slug, "--source", "github", "--rules", "[", code=2)

@@ -108,11 +108,15 @@ def validate(rules: Any) -> list[dict[str, Any]]:
                 raise Invalid(f"{where} must be a JMESPath expression (a non-empty string)", argument=where)
             if len(value) > EXPRESSION_MAX_CHARS:
                 raise Invalid(f"{where} must be at most {EXPRESSION_MAX_CHARS} characters", argument=where)
+            if "\x00" in value:  # PostgreSQL's jsonb cannot store it
+                raise Invalid(f"{where} must not contain a NUL character", argument=where)
             try:
                 _compile(value)
             except JMESPathError as exc:
                 detail = " ".join(str(exc).split())[:300]
                 raise Invalid(f"{where} is not a valid JMESPath expression: {detail}", argument=where) from None
+            except RecursionError:  # nested deeper than the parser can follow
+                raise Invalid(f"{where} nests too deeply to be read", argument=where) from None
             out[field] = value
         clean.append(out)
     return clean

@@ -132,7 +132,10 @@ async def create(core: Core, human: HumanCaller, *, name: Any, endpoint: Any, so
     kind = _source(source)
     clean_rules = intake_rules.validate(rules)
     key = _secret(secret, kind)
-    row = await get_for_human(core, human, endpoint)
+    try:
+        row = await get_for_human(core, human, endpoint)
+    except NotFound:  # named as the caller named it: the intake's `endpoint`
+        raise NotFound("endpoint not found", argument="endpoint") from None
     if row["state"] != "active":
         raise Invalid("endpoint is revoked", argument="endpoint")
     queues = list(row["scope_queues"])
