@@ -18,22 +18,25 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 import uuid
 from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner
 
-from conftest import core_for, create_database, make_settings, run_async, start_thread_server
+import cli_twins
+from cli_twins import Person, make_people
+from conftest import core_for, make_settings, run_async, start_thread_server
 from core_world import sql
 from mcp_support import vend
 from switchboard.core import api_tokens, intakes
 from test_intake import body_of, github_post
 
-NOWHERE_DB = "postgresql://sb:sb@127.0.0.1:1/nowhere?connect_timeout=2"
+cli_server, config_dirs = cli_twins.cli_server, cli_twins.config_dirs  # the fixtures
+# What differs between the two runs of the intake commands besides ids and times.
+INTAKE_PATTERNS = ((r"sbi_[A-Za-z0-9_-]+", "<sbi>"), (r"\b[0-9a-f]{64}\b", "<secret>"),
+                   (r'"item_id": \d+', '"item_id": <item>'), (r"(?m)^\d+  ", "<item>  "),
+                   (r"dropped \d+", "dropped <item>"))
 ISSUES = [{"name": "issues", "filter": "event == 'issues'", "title": "body.issue.title"}]
 HMAC_SECRET = "an-hmac-secret-of-the-sender"
 ROUTES = {"/api/v1/intakes": {"get": "intake_list", "post": "intake_create"},
@@ -212,76 +215,6 @@ async def test_bad_input_is_400_naming_the_field_and_changes_nothing(core, serve
 
 # ------------------------------------------------------------------------------------- the CLI
 
-@pytest.fixture(scope="module")
-def cli_server(pg_server):
-    """A server on a database of its own (the CLI runs are matched by their output)."""
-    uri = create_database(pg_server)
-    srv = start_thread_server(make_settings(uri))
-    yield srv, uri
-    srv.stop()
-
-
-@pytest.fixture
-def config_dirs():
-    root = Path(tempfile.mkdtemp(prefix="sb-intake-cli-"))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-class Person:
-    """One human driving the CLI, on the database as SWITCHBOARD_USER or logged in to the server."""
-
-    def __init__(self, name: str, env: dict, known: dict[str, str]) -> None:
-        self.name, self.env, self.known = name, env, known
-        self.runs: list[tuple] = []
-        self.runner = CliRunner()
-
-    def invoke(self, *args: str, stdin: str | None = None):
-        from switchboard.cli import app
-
-        return self.runner.invoke(app, list(args), env=self.env, input=stdin)
-
-    def run(self, *args: str, code: int = 0):
-        done = self.invoke(*args)
-        self.runs.append((args, done.exit_code, done.stdout, done.stderr))
-        assert done.exit_code == code, (args, done.stdout, done.stderr)
-        return done
-
-    def ok(self, *args: str) -> dict:
-        lines = self.run(*args, "--json").stdout.splitlines()
-        assert len(lines) == 1, lines
-        return json.loads(lines[0])
-
-    def refused(self, *args: str, code: str, argument: str | None = None) -> dict:
-        error = json.loads(self.run(*args, "--json", code=1).stdout)["error"]
-        assert (error["code"], error.get("argument")) == (code, argument), (args, error)
-        return error
-
-    def normal(self, text: str) -> str:
-        for value in sorted(self.known, key=len, reverse=True):
-            text = text.replace(value, self.known[value])
-        text = re.sub(r"sbi_[A-Za-z0-9_-]+", "<sbi>", text)
-        text = re.sub(r"\b[0-9a-f]{64}\b", "<secret>", text)
-        text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>", text)
-        text = re.sub(r'"item_id": \d+', '"item_id": <item>', text)
-        text = re.sub(r"(?m)^\d+  ", "<item>  ", text)
-        text = re.sub(r"dropped \d+", "dropped <item>", text)
-        return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?", "<time>", text)
-
-    def transcript(self) -> list[tuple]:
-        """The runs, normalised; an `invalid` refusal keeps only its code and argument (the server checks
-        a body with its own models first, whose words differ from the core's)."""
-        out = []
-        for args, code, stdout, stderr in self.runs:
-            if stdout.startswith('{"error": {"code": "invalid"'):
-                stdout = json.dumps({"code": "invalid", "argument": json.loads(stdout)["error"].get("argument")})
-            if stderr.startswith("error: invalid: "):
-                stderr = "error: invalid: ..."
-            shown = tuple("<item>" if a.isdigit() else self.normal(a) for a in args)
-            out.append((shown, code, self.normal(stdout), self.normal(stderr)))
-        return out
-
-
 def _humans(uri: str) -> tuple[list[str], list[str], str]:
     """An owner with an endpoint and an outsider, their API tokens, and the owner's endpoint's slug."""
 
@@ -297,25 +230,12 @@ def _humans(uri: str) -> tuple[list[str], list[str], str]:
 
 
 def _people(live, config_dirs: Path, *, remote: bool) -> tuple[list[Person], str]:
-    srv, uri = live
-    names, toks, slug = _humans(uri)
+    names, toks, slug = _humans(live[1])
     known = {slug: "<endpoint>", names[0]: "<owner>", names[1]: "<outsider>"}
-    people = []
-    for name, token in zip(names, toks, strict=True):
-        home = config_dirs / ("remote" if remote else "local") / name
-        home.mkdir(parents=True)
-        env: dict = {"XDG_CONFIG_HOME": str(home), "SWITCHBOARD_URL": None, "SWITCHBOARD_TOKEN": None,
-                     "SWITCHBOARD_API_TOKEN": None, "SWITCHBOARD_LOG_FORMAT": "text"}
-        if remote:
-            env.update(SWITCHBOARD_DATABASE_URL=NOWHERE_DB, SWITCHBOARD_USER=None, SWITCHBOARD_BASE_URL=None)
-        else:  # the URL `create` prints is the server's, which shares this database
-            env.update(SWITCHBOARD_DATABASE_URL=uri, SWITCHBOARD_USER=name, SWITCHBOARD_BASE_URL=srv.url)
-        person = Person(name, env, known)
-        if remote:
-            done = person.invoke("login", srv.url, "--token-stdin", stdin=token + "\n")
-            assert done.exit_code == 0 and name in done.stdout, (done.stdout, done.stderr)
-        people.append(person)
-    return people, slug
+    # The URL `create` prints is the server's; locally the CLI shares the server's database.
+    crew = make_people(live, config_dirs, names, toks, known, remote=remote, env={"SWITCHBOARD_BASE_URL": None},
+                       local_env={"SWITCHBOARD_BASE_URL": live[0].url}, patterns=INTAKE_PATTERNS)
+    return crew, slug
 
 
 def _script(owner: Person, outsider: Person, slug: str) -> dict:
@@ -410,6 +330,6 @@ def test_the_intake_commands_locally_and_after_login_give_the_same_output(cli_se
     for made in (made_l, made_r):
         assert made["url"].startswith(srv.url + "/webhooks/w/sbi_")
     # The remote runs went through the server: their database is unreachable from the CLI.
-    assert far[0].env["SWITCHBOARD_DATABASE_URL"] == NOWHERE_DB
+    assert far[0].env["SWITCHBOARD_DATABASE_URL"] == cli_twins.NOWHERE_DB
     done = far[0].invoke("intake", "list", "--user", far[1].name)
     assert done.exit_code == 2 and "--user" in done.stderr

@@ -18,27 +18,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import httpx
 import psycopg
-import pytest
-from typer.testing import CliRunner
 
-from conftest import core_for, create_database, make_settings, run_async, start_thread_server
+import cli_twins
+from cli_twins import Person, make_people
+from conftest import core_for, run_async
 from core_world import sql
 from switchboard.core import api_tokens, endpoints, humans, producer, sink_messages, sinks, teams, todos
 from team_world import make_fleet
 from test_hooks import api, server  # noqa: F401  (the fixture and the API helper)
 from test_sinks import receiver  # noqa: F401  (the fixture)
 
+cli_server, config_dirs = cli_twins.cli_server, cli_twins.config_dirs  # the fixtures
 TEAM_PATH = "/team?token=receiver-query-secret"  # the query checks that lists redact it
-NOWHERE_DB = "postgresql://sb:sb@127.0.0.1:1/nowhere?connect_timeout=2"
 GOOD = {"kind": "slack", "url": "https://hooks.example.com/in"}
 
 
@@ -256,73 +253,6 @@ async def test_the_openapi_document_lists_the_sink_routes(server):  # noqa: F811
 
 # ------------------------------------------------------------------------------------- the CLI
 
-@pytest.fixture(scope="module")
-def cli_server(pg_server):
-    """A server on a database of its own (the CLI runs are matched by their output)."""
-    uri = create_database(pg_server)
-    srv = start_thread_server(make_settings(uri))
-    yield srv, uri
-    srv.stop()
-
-
-@pytest.fixture
-def config_dirs():
-    root = Path(tempfile.mkdtemp(prefix="sb-sinks-cli-"))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-class Person:
-    """One human driving the CLI, on the database as SWITCHBOARD_USER or logged in to the server."""
-
-    def __init__(self, name: str, env: dict, known: dict[str, str]) -> None:
-        self.name, self.env, self.known = name, env, known
-        self.runs: list[tuple] = []
-        self.runner = CliRunner()
-
-    def invoke(self, *args: str, stdin: str | None = None):
-        from switchboard.cli import app
-
-        return self.runner.invoke(app, list(args), env=self.env, input=stdin)
-
-    def run(self, *args: str):
-        done = self.invoke(*args)
-        self.runs.append((args, done.exit_code, done.stdout, done.stderr))
-        return done
-
-    def ok(self, *args: str) -> dict:
-        done = self.run(*args, "--json")
-        assert done.exit_code == 0, (args, done.stdout, done.stderr)
-        lines = done.stdout.splitlines()
-        assert len(lines) == 1, done.stdout
-        return json.loads(lines[0])
-
-    def refused(self, *args: str, code: str, argument: str | None = None) -> None:
-        done = self.run(*args, "--json")
-        assert done.exit_code == 1, (args, done.stdout, done.stderr)
-        error = json.loads(done.stdout)["error"]
-        assert error["code"] == code and error.get("argument") == argument, (args, error)
-
-    def normal(self, text: str) -> str:
-        for value in sorted(self.known, key=len, reverse=True):
-            text = text.replace(value, self.known[value])
-        text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>", text)
-        text = re.sub(r'"delivery_id": \d+', '"delivery_id": <n>', text)
-        return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?", "<time>", text)
-
-    def transcript(self) -> list[tuple]:
-        """The runs, normalised; an `invalid` refusal keeps only its code (the server checks a body
-        with its own models first, whose words differ from the core's)."""
-        out = []
-        for args, code, stdout, stderr in self.runs:
-            if stdout.startswith('{"error": {"code": "invalid"'):
-                stdout = '{"error": {"code": "invalid"}}'
-            if stderr.startswith("error: invalid: "):
-                stderr = "error: invalid: ..."
-            out.append((tuple(self.normal(a) for a in args), code, self.normal(stdout), self.normal(stderr)))
-        return out
-
-
 def _team(uri: str) -> tuple[str, list[str], list[str], str, str]:
     """A team of three (owner, admin, member), their API tokens, an outsider, and the credential of
     the owner's endpoint on the team queue."""
@@ -363,27 +293,13 @@ def _wait_delivered(uri: str, sink_id: str) -> None:
 
 
 def _people(live, config_dirs: Path, *, remote: bool) -> tuple[list[Person], str, str, str]:
-    srv, uri = live
-    slug, names, toks, label, credential = _team(uri)
+    slug, names, toks, label, credential = _team(live[1])
     known = {slug: "<team>", **{n: f"<{role}>" for n, role in zip(names, ("owner", "admin", "member", "outsider"),
                                                                     strict=True)}}
-    people = []
-    for name, token in zip(names, toks, strict=True):
-        home = config_dirs / ("remote" if remote else "local") / name
-        home.mkdir(parents=True)
-        env: dict = {"XDG_CONFIG_HOME": str(home), "SWITCHBOARD_HOOKS_ALLOW_PRIVATE": "1",
-                     "SWITCHBOARD_URL": None, "SWITCHBOARD_TOKEN": None, "SWITCHBOARD_API_TOKEN": None,
-                     "SWITCHBOARD_LOG_FORMAT": "text"}
-        if remote:
-            env.update(SWITCHBOARD_DATABASE_URL=NOWHERE_DB, SWITCHBOARD_USER=None)
-        else:
-            env.update(SWITCHBOARD_DATABASE_URL=uri, SWITCHBOARD_USER=name)
-        person = Person(name, env, known)
-        if remote:
-            done = person.invoke("login", srv.url, "--token-stdin", stdin=token + "\n")
-            assert done.exit_code == 0 and name in done.stdout, (done.stdout, done.stderr)
-        people.append(person)
-    return people, slug, label, credential
+    crew = make_people(live, config_dirs, names, toks, known, remote=remote,
+                       env={"SWITCHBOARD_HOOKS_ALLOW_PRIVATE": "1"},
+                       patterns=((r'"delivery_id": \d+', '"delivery_id": <n>'),))
+    return crew, slug, label, credential
 
 
 def _script(people: list[Person], team: str, receiver, uri: str, label: str, credential: str) -> dict:  # noqa: F811
@@ -465,7 +381,7 @@ def test_the_sink_commands_with_team_locally_and_after_login_give_the_same_outpu
     assert made_r["own"]["owner"] == {"human": _owner_id(uri, far[0].name)}
     assert made_l["own"]["owner"] == {"human": _owner_id(uri, local[0].name)}
     # The remote runs went through the server: their database is unreachable from the CLI.
-    assert far[0].env["SWITCHBOARD_DATABASE_URL"] == NOWHERE_DB
+    assert far[0].env["SWITCHBOARD_DATABASE_URL"] == cli_twins.NOWHERE_DB
     done = far[0].invoke("sink", "list", "--user", far[1].name)
     assert done.exit_code == 2 and "--user" in done.stderr
     for people, team, made in ((local, team_l, made_l), (far, team_r, made_r)):
