@@ -5,15 +5,17 @@ violation and the CSP reports nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from board_kit import CSP, axe_violations, page_for, screenshot
-from switchboard.core import teams
+from switchboard.core import producer, teams, todos
 
 
 @pytest.fixture
@@ -85,6 +87,24 @@ async def test_the_notifications_page_adds_tests_enables_and_removes_a_sink(boar
         assert got[0]["blocks"][0]["text"]["text"] == "Test message from Switchboard: the sink ops <b>team</b> works"
         assert "&lt;b&gt;" in got[0]["text"]
 
+        # A dead letter's message, delivered, is on the sink's page (the test message is not: it never queues).
+        await page.goto(f"/notifications/{sink_id}")
+        assert await page.is_visible("#sb-no-messages")
+        ep, agent = await board_server.endpoint(human)
+        todo, _ = await board_server.run(producer.push, human, ep["slug"], title="doomed", max_attempts=1)
+        await board_server.run(todos.claim, agent, todo["id"])
+        await board_server.run(todos.fail, agent, todo["id"], summary="no")
+        deadline = time.monotonic() + 15
+        while board_server.sql("SELECT 1 FROM sink_outbox WHERE state = 'delivered'") == []:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        await page.goto(f"/notifications/{sink_id}")
+        message = page.locator("[data-sb-message]")
+        assert await message.count() == 1 and await message.get_attribute("data-sb-state") == "delivered"
+        assert "Dead letter" in await message.inner_text() and "HTTP 200" in await message.inner_text()
+        assert await axe_violations(page) == []
+        await page.goto("/notifications")
+
         board_server.sql("UPDATE notification_sinks SET enabled = false, consecutive_failures = 10, "
                          "disabled_reason = 'disabled after 10 failed messages in a row; last: HTTP 500'")
         await page.goto("/notifications")
@@ -131,6 +151,9 @@ async def test_csrf_and_another_humans_sink(board_server, browser, chat):
             unknown = await page.request.post(f"/notifications/{uuid.uuid4()}/{action}", form={"csrf_token": token})
             assert foreign.status == unknown.status == 404, action
             assert await foreign.body() == await unknown.body()
+        foreign = await page.request.get(f"/notifications/{sink_id}")
+        unknown = await page.request.get(f"/notifications/{uuid.uuid4()}")
+        assert foreign.status == unknown.status == 404 and await foreign.body() == await unknown.body()
         assert await page.is_visible("#sb-no-sinks")
     assert len(board_server.sql("SELECT * FROM notification_sinks")) == 1
 
@@ -171,6 +194,9 @@ async def test_a_team_sink_on_the_notifications_page(board_server, browser, chat
         assert "team owners and admins change it" in await row.inner_text()
         assert await page.locator(f"#sb-sink-remove-{sink_id}").count() == 0
         assert await page.locator("#sb-sink-owner").count() == 0  # a member manages no team: no choice
+        await page.click(f"#sb-sink-log-{sink_id}")  # the team sink's messages are theirs to read
+        await page.wait_for_selector("#sb-sink-facts")
+        assert f"for team {slug}" in await page.inner_text("h1 + p")
         token = await page.get_attribute("input[name=csrf_token]", "value")
         for action in ("remove", "enable", "test"):
             r = await page.request.post(f"/notifications/{sink_id}/{action}", form={"csrf_token": token})

@@ -314,6 +314,16 @@ async def enable_visible(core: Core, human: HumanCaller, sink_id: Any) -> dict[s
     return await enable(core, human, sink["sink_id"])
 
 
+async def log_of(core: Core, human: HumanCaller, sink_id: Any, *,
+                 limit: int = 50) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A sink the human sees and its newest messages with how their last attempt went."""
+    sink = await one_visible(core, human, sink_id)
+    team = sink["owner"].get("team")
+    if team is not None:
+        return sink, await deliveries_for_team(core, human, team, sink_id=sink["sink_id"], limit=limit)
+    return sink, await deliveries(core, human, sink_id=sink["sink_id"], limit=limit)
+
+
 async def record_test(core: Core, sink_id: uuid.UUID, *, status: str, error: str | None) -> None:
     """A test message's outcome, shown with the sink; it never counts towards disabling it."""
     async with core.pool.connection() as conn:

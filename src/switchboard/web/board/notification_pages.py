@@ -1,6 +1,7 @@
 """The Notifications page: the chat sinks a human sees (docs/notifications.md), their own and their
 teams' (D60). List them, add one (for themselves, or for a team they own or administer), remove one,
-enable one that was disabled after repeated failures, and send a test message.
+enable one that was disabled after repeated failures, send a test message, and read one sink's
+newest messages.
 
 Every POST carries the CSRF token (`human_post`). A sink the human does not see answers exactly like
 an unknown id (the shared not-found body); a team's sink that a plain member sees is theirs to read,
@@ -32,6 +33,7 @@ NOTICES = {
 KIND_LABELS = {"slack": "Slack (incoming webhook)", "discord": "Discord (webhook)",
                "teams": "Microsoft Teams (workflow)", "generic": "Generic JSON"}
 EVENT_LABELS = {"dead_letter": "Dead letters", "queue_stuck": "Stuck queues", "digest": "Daily digest"}
+MESSAGE_LABELS = {"dead_letter": "Dead letter", "queue_stuck": "Queue stuck", "digest": "Digest"}
 
 
 def _str(value) -> str:
@@ -92,6 +94,17 @@ async def add_sink(board: Board, request: Request, who, form) -> Response:
     return RedirectResponse("/notifications?done=added", status_code=303, headers=NO_STORE)
 
 
+@human_page
+async def sink_screen(board: Board, request: Request, who) -> Response:
+    try:
+        sink, messages = await sinks.log_of(board.core, who[0], request.path_params["sink_id"])
+    except NotFound:
+        return board.not_found(request, who, "sink")
+    return board.page(request, who, "sink.html", title="Sink messages", active="notifications", sink=sink,
+                      messages=messages, kind_labels=KIND_LABELS, event_labels=EVENT_LABELS,
+                      message_labels=MESSAGE_LABELS)
+
+
 def _refused(board: Board, request: Request, who, exc: Forbidden) -> Response:
     return board.page(request, who, "refused.html", status=403, title="Not allowed", message=exc.message,
                       back="/notifications")
@@ -139,6 +152,7 @@ def routes() -> list[Route]:
     return [
         Route("/notifications", notifications, methods=["GET"]),
         Route("/notifications", add_sink, methods=["POST"]),
+        Route("/notifications/{sink_id}", sink_screen, methods=["GET"]),
         Route("/notifications/{sink_id}/remove", remove_sink, methods=["POST"]),
         Route("/notifications/{sink_id}/enable", enable_sink, methods=["POST"]),
         Route("/notifications/{sink_id}/test", test_sink, methods=["POST"]),
