@@ -150,10 +150,11 @@ def _added(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def add(core: Core, human: HumanCaller, **fields: Any) -> dict[str, Any]:
-    """Add a sink owned by the human (`kind`, `url`, `name`, `events`, `stuck_minutes`, `digest_hour`,
-    `timezone_name`). Every field is checked before anything is stored."""
-    values = _checked(core, **fields)
+async def add(core: Core, human: HumanCaller, *, kind: Any, url: Any, name: Any = None, events: Any = None,
+              stuck_minutes: Any = None, digest_hour: Any = None, timezone_name: Any = None) -> dict[str, Any]:
+    """Add a sink owned by the human. Every field is checked before anything is stored."""
+    values = _checked(core, kind=kind, url=url, name=name, events=events, stuck_minutes=stuck_minutes,
+                      digest_hour=digest_hour, timezone_name=timezone_name)
     async with core.pool.connection() as conn, conn.transaction():
         # The owner's row lock serialises concurrent adds, so the ceiling holds under races.
         await conn.execute(Q.sinks.lock_owner, {"human_id": human.human_id})
@@ -165,11 +166,14 @@ async def add(core: Core, human: HumanCaller, **fields: Any) -> dict[str, Any]:
         return _added(await one(cur))
 
 
-async def add_for_team(core: Core, human: HumanCaller, team: Any, **fields: Any) -> dict[str, Any]:
+async def add_for_team(core: Core, human: HumanCaller, team: Any, *, kind: Any, url: Any, name: Any = None,
+                       events: Any = None, stuck_minutes: Any = None, digest_hour: Any = None,
+                       timezone_name: Any = None) -> dict[str, Any]:
     """Add a sink owned by a team (a team owner or admin), with `add`'s fields: it hears about the
     team's queues, whoever manages the team."""
     owner = await teams.reach(core, human, team, manage="add notification sinks")
-    values = _checked(core, **fields)
+    values = _checked(core, kind=kind, url=url, name=name, events=events, stuck_minutes=stuck_minutes,
+                      digest_hour=digest_hour, timezone_name=timezone_name)
     async with core.pool.connection() as conn, conn.transaction():
         cur = await conn.execute(Q.sinks.lock_team, {"team_id": owner["id"], "human_id": human.human_id})
         if await cur.fetchone() is None:  # gone, or no longer the human's to manage
