@@ -255,9 +255,9 @@ async def test_a_digest_comes_once_a_day_at_the_chosen_hour_in_the_chosen_time_z
     zone = "Asia/Kathmandu"  # UTC+05:45: its hour never equals UTC's
     local_hour = now.astimezone(ZoneInfo(zone)).hour
     sink = await sinks.add(core, w.h1, kind="slack", url="https://hooks.example.com/d", events=["digest"],
-                           digest_hour=local_hour, timezone_name=zone, name="daily")
+                           digest_hour=local_hour, timezone=zone, name="daily")
     await sinks.add(core, w.h1, kind="slack", url="https://hooks.example.com/utc", events=["digest"],
-                    digest_hour=local_hour, timezone_name="UTC")  # the same hour in UTC: not now
+                    digest_hour=local_hour, timezone="UTC")  # the same hour in UTC: not now
     done = await w.todo("done")
     await todos.claim(core, w.e1, done["id"])
     await todos.complete(core, w.e1, done["id"], summary="ok")

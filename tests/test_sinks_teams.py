@@ -167,7 +167,7 @@ async def test_a_stuck_team_queue_is_reported_once_per_episode_to_the_owners_and
 async def test_an_owners_digest_lists_the_team_queue_and_a_members_does_not(core):
     fleet = await make_fleet(core, members=3)
     now = datetime.now(UTC) + timedelta(seconds=20)  # after the activity below
-    ids, _ = await _sinks_for_everyone(core, fleet, ["digest"], digest_hour=now.hour, timezone_name="UTC")
+    ids, _ = await _sinks_for_everyone(core, fleet, ["digest"], digest_hour=now.hour, timezone="UTC")
     role = _role_of(ids)
     agent = fleet.endpoints[2]
     done = await fleet.push("done")
@@ -246,7 +246,7 @@ async def test_a_team_sink_hears_the_team_dead_letters_stuck_queues_and_digest_w
     other = await make_fleet(core, members=1)  # another team, with a sink of its own
     now = datetime.now(UTC) + timedelta(seconds=20)
     fields = {"kind": "generic", "events": ["dead_letter", "queue_stuck", "digest"], "stuck_minutes": 10,
-              "digest_hour": now.hour, "timezone_name": "UTC"}
+              "digest_hour": now.hour, "timezone": "UTC"}
     sink = await sinks.add_for_team(core, admin, fleet.slug, url="https://hooks.example.com/team", name="team",
                                     **fields)
     assert sink["owner"] == {"team": fleet.slug}

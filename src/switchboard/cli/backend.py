@@ -44,15 +44,6 @@ def _given(**fields: Any) -> dict:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def _sink_fields(fields: dict) -> dict:
-    """A sink's fields as the core's keywords: the API's and the command's `timezone` is the core's
-    `timezone_name`."""
-    out = dict(fields)
-    if "timezone" in out:
-        out["timezone_name"] = out.pop("timezone")
-    return out
-
-
 def _checked(check: Callable[[], Any]) -> Any:
     """A check of the core's run on this side of the wire (a refusal is the command's own, exit 1),
     so that a remote command refuses what the local one refuses, with the same words."""
@@ -410,7 +401,7 @@ class Local:
     def sink_add(self, **fields: Any) -> dict:
         from ..core import sinks
 
-        return {"sink": self._team(sinks.add, **_sink_fields(fields))}
+        return {"sink": self._team(sinks.add, **fields)}
 
     def sink_list(self) -> dict:
         from ..core import sinks
@@ -441,7 +432,7 @@ class Local:
     def team_sink_add(self, team: str, **fields: Any) -> dict:
         from ..core import sinks
 
-        return {"sink": self._team(sinks.add_for_team, team, **_sink_fields(fields))}
+        return {"sink": self._team(sinks.add_for_team, team, **fields)}
 
     def team_sink_list(self, team: str) -> dict:
         from ..core import sinks

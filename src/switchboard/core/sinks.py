@@ -132,7 +132,7 @@ def _sink_id(value: Any) -> uuid.UUID:
 # ------------------------------------------------------------------------------ the owner's API
 
 def _checked(core: Core, *, kind: Any, url: Any, name: Any = None, events: Any = None, stuck_minutes: Any = None,
-             digest_hour: Any = None, timezone_name: Any = None) -> dict[str, Any]:
+             digest_hour: Any = None, timezone: Any = None) -> dict[str, Any]:
     """A new sink's fields, every one checked before anything is stored."""
     k = _kind(kind)
     target = check_url(url, allow_private=core.settings.hooks_allow_private)
@@ -140,7 +140,7 @@ def _checked(core: Core, *, kind: Any, url: Any, name: Any = None, events: Any =
         "kind": k, "url": target, "name": _name(name, k), "events": _events(events),
         "stuck_minutes": _int(stuck_minutes, "stuck_minutes", 1, STUCK_MINUTES_MAX, 30),
         "digest_hour": _int(digest_hour, "digest_hour", 0, 23, 9),
-        "timezone": check_timezone(timezone_name),
+        "timezone": check_timezone(timezone),
     }
 
 
@@ -151,10 +151,10 @@ def _added(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def add(core: Core, human: HumanCaller, *, kind: Any, url: Any, name: Any = None, events: Any = None,
-              stuck_minutes: Any = None, digest_hour: Any = None, timezone_name: Any = None) -> dict[str, Any]:
+              stuck_minutes: Any = None, digest_hour: Any = None, timezone: Any = None) -> dict[str, Any]:
     """Add a sink owned by the human. Every field is checked before anything is stored."""
     values = _checked(core, kind=kind, url=url, name=name, events=events, stuck_minutes=stuck_minutes,
-                      digest_hour=digest_hour, timezone_name=timezone_name)
+                      digest_hour=digest_hour, timezone=timezone)
     async with core.pool.connection() as conn, conn.transaction():
         # The owner's row lock serialises concurrent adds, so the ceiling holds under races.
         await conn.execute(Q.sinks.lock_owner, {"human_id": human.human_id})
@@ -168,12 +168,12 @@ async def add(core: Core, human: HumanCaller, *, kind: Any, url: Any, name: Any 
 
 async def add_for_team(core: Core, human: HumanCaller, team: Any, *, kind: Any, url: Any, name: Any = None,
                        events: Any = None, stuck_minutes: Any = None, digest_hour: Any = None,
-                       timezone_name: Any = None) -> dict[str, Any]:
+                       timezone: Any = None) -> dict[str, Any]:
     """Add a sink owned by a team (a team owner or admin), with `add`'s fields: it hears about the
     team's queues, whoever manages the team."""
     owner = await teams.reach(core, human, team, manage="add notification sinks")
     values = _checked(core, kind=kind, url=url, name=name, events=events, stuck_minutes=stuck_minutes,
-                      digest_hour=digest_hour, timezone_name=timezone_name)
+                      digest_hour=digest_hour, timezone=timezone)
     async with core.pool.connection() as conn, conn.transaction():
         cur = await conn.execute(Q.sinks.lock_team, {"team_id": owner["id"], "human_id": human.human_id})
         if await cur.fetchone() is None:  # gone, or no longer the human's to manage

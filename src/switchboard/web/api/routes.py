@@ -294,17 +294,9 @@ async def team_hook_deliveries(call: Call) -> Response:
 
 # ------------------------------------------------------------------------------------------ sinks
 
-def _sink_fields(call: Call) -> dict[str, Any]:
-    """The add body as the core's keywords (`timezone` is the core's `timezone_name`)."""
-    f = call.fields()
-    if "timezone" in f:
-        f["timezone_name"] = f.pop("timezone")
-    return f
-
-
 async def add_sink(call: Call) -> Response:
     # The URL is shown unredacted this once (it may carry the chat's token): never cached.
-    return json_reply({"sink": await sinks.add(call.core, call.human, **_sink_fields(call))}, 201, secret=True)
+    return json_reply({"sink": await sinks.add(call.core, call.human, **call.fields())}, 201, secret=True)
 
 
 async def list_sinks(call: Call) -> Response:
@@ -330,7 +322,7 @@ async def sink_deliveries(call: Call) -> Response:
 
 
 async def add_team_sink(call: Call) -> Response:
-    sink = await sinks.add_for_team(call.core, call.human, call.path("team"), **_sink_fields(call))
+    sink = await sinks.add_for_team(call.core, call.human, call.path("team"), **call.fields())
     return json_reply({"sink": sink}, 201, secret=True)
 
 

@@ -72,7 +72,7 @@ async def add_sink(board: Board, request: Request, who, form) -> Response:
                            error_field="events", values=values)
     fields = {"kind": values["kind"], "url": values["url"], "name": values["name"] or None,
               "events": values["events"], "stuck_minutes": values["stuck_minutes"],
-              "digest_hour": values["digest_hour"], "timezone_name": values["timezone"]}
+              "digest_hour": values["digest_hour"], "timezone": values["timezone"]}
     try:
         if owner == "me":
             await sinks.add(board.core, who[0], **fields)
