@@ -29,10 +29,12 @@ import psycopg
 import pytest
 import yaml
 
+from account_kit import csrf_of, sign_in
+from board_kit import PASSWORD
 from conftest import ROOT, core_for, create_database, free_port
 from mcp_support import body, sdk, vend
 from switchboard.config import ConfigError, Settings, load_settings
-from switchboard.core import api_tokens
+from switchboard.core import api_tokens, endpoints, humans
 from switchboard.mcp.session_ids import instance_of
 
 DEPLOY = ROOT / "deploy"
@@ -404,6 +406,37 @@ async def test_sdk_drains_through_nginx_and_a_session_survives_the_other_process
         instance = re.search(r"session_of=(sb\d)$", line).group(1)
         assert f"upstream=127.0.0.1:{port_of[instance]}" in line, line
     print(f"\nsb2 stopped in {stopped_in:.2f} s after SIGTERM; {len(pushed)} todos drained")
+
+
+@needs_nginx
+async def test_board_reveals_survive_the_round_robin(topology):
+    """The Board's vend POST and the page its redirect opens are two requests the proxy sends to either
+    process: the credential is shown on the page wherever it lands, once (docs/decisions.md D62)."""
+    uri, base, servers, work = topology
+    name = f"ops{uuid.uuid4().hex[:6]}"
+    async with core_for(uri) as core:
+        await humans.add(core, name, PASSWORD)
+    cookie = await sign_in(base, name)
+    credentials = []
+    async with httpx.AsyncClient(base_url=base, timeout=30, cookies={"sb_session": cookie}) as board:
+        for i in range(4):  # consecutive requests alternate between the two live processes
+            form = await board.get("/endpoints/vend")
+            assert form.status_code == 200, form.status_code
+            made = await board.post("/endpoints/vend", data={
+                "csrf_token": csrf_of(form.text), "agent": f"agent-{i}", "queues": "inbox",
+                "verbs": ["claim_next", "complete"], "lease_ttl": "300"})
+            assert made.status_code == 303, made.text[:300]
+            shown = await board.get(made.headers["location"])
+            assert shown.status_code == 200, (i, shown.status_code)
+            credentials.append(re.search(r"sbk_[A-Za-z0-9_-]{43}", shown.text).group(0))
+            assert (await board.get(made.headers["location"])).status_code == 410
+    assert len(set(credentials)) == 4
+    async with core_for(uri) as core:
+        for credential in credentials:
+            assert await endpoints.resolve_credential(core, credential) is not None
+    upstreams = {re.search(r"upstream=(.*) session_of", line).group(1).split(", ")[-1]  # the one that answered
+                 for line in (work / "access.log").read_text().splitlines() if "/endpoints/vended/" in line}
+    assert upstreams == {f"127.0.0.1:{srv.port}" for srv in servers.values()}  # both processes showed one
 
 
 # ------------------------------------------------------------------------------- the guide itself

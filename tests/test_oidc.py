@@ -242,7 +242,7 @@ async def test_a_replayed_code_is_refused(board_server, provider):
 async def test_the_start_uses_pkce_s256_state_and_nonce(board_server):
     async with client_for(board_server) as client:
         url = await start(client)
-        pending = oidc.oidc_of(board_server.board).unseal(client.cookies[oidc.PENDING_COOKIE])
+        pending = board_server.board.oidc.unseal(client.cookies[oidc.PENDING_COOKIE])
     query = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
     challenge = base64.urlsafe_b64encode(hashlib.sha256(pending["v"].encode()).digest()).rstrip(b"=").decode()
     assert query["code_challenge_method"] == "S256" and query["code_challenge"] == challenge
@@ -270,7 +270,7 @@ async def test_a_token_for_another_audience_is_refused(board_server, provider):
     callback runs) refuses it for its audience, and accepts the same provider's token for its own id.
     (The provider itself will not exchange another client's code for ours, so the callback cannot be
     fed such a token end to end.)"""
-    board_oidc = oidc.oidc_of(board_server.board)
+    board_oidc = board_server.board.oidc
     ours = board_oidc.providers["oidc"]
     metadata = await board_oidc.metadata(ours)
 

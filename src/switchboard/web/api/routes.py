@@ -656,6 +656,9 @@ OPERATIONS: list[Operation] = [
               description="Newest first, each with its attempts."),
     Operation("DELETE", "/api/v1/endpoints/{slug}/hooks/{hook_id}", "hook_remove", "hooks", "Remove a notify hook",
               remove_hook, m.HookRemoved, description="With its pending notifications."),
+    Operation("POST", "/api/v1/endpoints/{slug}/hooks/{hook_id}/enable", "hook_enable", "hooks",
+              "Enable a disabled notify hook", enable_hook, m.HookReply,
+              description="Its failure count starts again at 0."),
     # a team's hooks
     Operation("POST", "/api/v1/teams/{team}/hooks", "team_hook_add", "hooks", "Add a notify hook to a team",
               add_team_hook, m.HookCreated, status=201, body=m.HookRequest,
@@ -839,9 +842,3 @@ OPERATIONS: list[Operation] = [
               revoke_token, m.TokenRevoked,
               description="Named by its id or prefix; refused from the next request on, in every process."),
 ]
-
-if hasattr(hooks, "enable"):
-    OPERATIONS.insert(OPERATIONS.index(next(o for o in OPERATIONS if o.name == "hook_remove")) + 1, Operation(
-        "POST", "/api/v1/endpoints/{slug}/hooks/{hook_id}/enable", "hook_enable", "hooks",
-        "Enable a disabled notify hook",
-        enable_hook, m.HookReply, description="Its failure count starts again at 0."))

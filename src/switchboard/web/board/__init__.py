@@ -34,6 +34,8 @@ from . import (
     todo_pages,
 )
 from .kit import Board, NavLink
+from .oidc import Oidc
+from .reveal import Reveals
 from .sessions import Sessions, load_secret
 
 STATIC = Path(__file__).parent / "static"
@@ -43,7 +45,8 @@ def build(runtime: Runtime) -> Board:
     """The Board object: settings, signed sessions (the secret from the settings or the data dir)."""
     settings = runtime.settings
     secret = load_secret(settings.secret_key, Path(settings.data_dir))
-    board = Board(settings, Sessions(secret, secure=settings.public_base_url.startswith("https://")))
+    board = Board(settings, Sessions(secret, secure=settings.public_base_url.startswith("https://")), Reveals(secret),
+                  Oidc(settings, secret))
     board.hub = live.LiveHub(board)
     board.nav.append(NavLink("Teams", "/teams", "teams"))
     board.nav.append(NavLink("Notifications", "/notifications", "notifications"))

@@ -3,18 +3,14 @@
 The consent screen lists every verb of the drain family with a plain explanation and whether this
 endpoint gets it: `get_todo` comes with `list_todos`, `admission_status` with `claim` or `claim_next`;
 `release` comes with no other verb. The credential is handed to the browser once, through a single-use
-ticket, never in a URL or a log.
+ticket that any serving process can take (web/board/reveal.py), never in a URL or a log.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
-import time
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
-from uuid import UUID
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -45,43 +41,7 @@ VERB_HELP = {
 }
 # The verbs that bring another one with them (core/models.effective_verbs), named on the consent screen.
 IMPLIED_BY = {"get_todo": ("list_todos",), "admission_status": ("claim", "claim_next")}
-TICKET_SECONDS = 600
 LEASE_MIN, LEASE_MAX = 60, 86400
-
-
-@dataclass
-class _Ticket:
-    human_id: UUID
-    expires: float
-    endpoint: dict
-    credential: str
-
-
-class VendTickets:
-    """Single-use hand-over of a fresh credential from the vend POST to the page that shows it."""
-
-    def __init__(self) -> None:
-        self._tickets: dict[str, _Ticket] = {}
-
-    def put(self, human_id: UUID, endpoint: dict, credential: str) -> str:
-        now = time.monotonic()
-        self._tickets = {k: t for k, t in self._tickets.items() if t.expires > now}
-        key = secrets.token_urlsafe(24)
-        self._tickets[key] = _Ticket(human_id, now + TICKET_SECONDS, endpoint, credential)
-        return key
-
-    def take(self, human_id: UUID, key: str) -> _Ticket | None:
-        ticket = self._tickets.get(key)
-        if ticket is None or ticket.human_id != human_id or ticket.expires < time.monotonic():
-            return None
-        del self._tickets[key]
-        return ticket
-
-
-def _tickets(board: Board) -> VendTickets:
-    if not hasattr(board, "vend_tickets"):
-        board.vend_tickets = VendTickets()
-    return board.vend_tickets
 
 
 def _values(source: Any) -> dict:
@@ -216,20 +176,21 @@ async def vend_submit(board: Board, request: Request, who, form) -> Response:
     except NotFound:  # left the team between the check and the vend
         errors["queues"] = "A team queue in the list is not a queue of one of your teams."
         return _vend_page(board, request, who, values, errors, status=422)
-    key = _tickets(board).put(who[0].human_id, endpoint, credential)
+    shown = {k: endpoint[k] for k in ("slug", "agent", "queues", "verbs", "awaiting_grant") if k in endpoint}
+    key = await board.reveals.put(board.core, who[0].human_id, "endpoint", {"ep": shown, "credential": credential})
     return RedirectResponse(f"/endpoints/vended/{key}", status_code=303, headers=NO_STORE)
 
 
 @human_page
 async def vended(board: Board, request: Request, who) -> Response:
-    ticket = _tickets(board).take(who[0].human_id, request.path_params["key"][:64])
+    ticket = await board.reveals.take(board.core, who[0].human_id, "endpoint", request.path_params["key"])
     if ticket is None:
         return board.page(request, who, "vended_gone.html", status=410, title="Credential no longer shown",
                           active="endpoints")
-    ep = ticket.endpoint
+    ep, credential = ticket["ep"], ticket["credential"]
     return board.page(request, who, "vended.html", title="Your new endpoint", active="endpoints", ep=ep,
-                      credential=ticket.credential, mcp_url=_mcp_url(board, ep["slug"]),
-                      client_config=_client_config(board, ep, ticket.credential))
+                      credential=credential, mcp_url=_mcp_url(board, ep["slug"]),
+                      client_config=_client_config(board, ep, credential))
 
 
 async def _live_count(board: Board, who, slug: str) -> int:

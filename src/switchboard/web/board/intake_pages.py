@@ -1,7 +1,8 @@
 """Intake: the Board's screens for webhook intakes (docs/intake.md).
 
 The list with a create form; the one-time reveal of a new intake's URL and secret (handed to the
-browser once through a single-use ticket, never in a URL or a log, as vending does); one intake's
+browser once through a single-use ticket any serving process can take, never in a URL or a log, as
+vending does); one intake's
 page with its counters, the rules editor (a JSON textarea checked by the server, every expression
 compiled) and the quarantine with replay and drop; removal behind a confirm page. Every POST goes
 through `human_post` (sign-in, body cap, CSRF); nothing here runs script of its own.
@@ -10,12 +11,8 @@ through `human_post` (sign-in, body cap, CSRF); nothing here runs script of its 
 from __future__ import annotations
 
 import json
-import secrets
-import time
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
-from uuid import UUID
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -25,7 +22,6 @@ from ...core import endpoints, intakes
 from ...core.errors import Conflict, Invalid, NotFound
 from .kit import NO_STORE, Board, human_page, human_post
 
-TICKET_SECONDS = 600
 DOCUMENT_SHOWN_CHARS = 16_000  # of a quarantined delivery's document; the CLI and API show all of it
 SOURCE_HELP = {
     "github": "GitHub: X-Hub-Signature-256 over the body; event and delivery id from GitHub's headers.",
@@ -49,42 +45,6 @@ EXAMPLE_RULES = [{
     "payload": "{url: body.issue.html_url, text: body.issue.body}",
     "kind": "'issue'",
 }]
-
-
-@dataclass
-class _Ticket:
-    human_id: UUID
-    expires: float
-    intake: dict
-    url: str
-    secret: str
-
-
-class RevealTickets:
-    """Single-use hand-over of a new intake's URL and secret from the create POST to the reveal page."""
-
-    def __init__(self) -> None:
-        self._tickets: dict[str, _Ticket] = {}
-
-    def put(self, ticket: _Ticket) -> str:
-        now = time.monotonic()
-        self._tickets = {k: t for k, t in self._tickets.items() if t.expires > now}
-        key = secrets.token_urlsafe(24)
-        self._tickets[key] = ticket
-        return key
-
-    def take(self, human_id: UUID, key: str) -> _Ticket | None:
-        ticket = self._tickets.get(key)
-        if ticket is None or ticket.human_id != human_id or ticket.expires < time.monotonic():
-            return None
-        del self._tickets[key]
-        return ticket
-
-
-def _tickets(board: Board) -> RevealTickets:
-    if not hasattr(board, "intake_tickets"):
-        board.intake_tickets = RevealTickets()
-    return board.intake_tickets
 
 
 def _field(argument: str | None) -> str:
@@ -146,19 +106,21 @@ async def intake_create(board: Board, request: Request, who, form) -> Response:
         field = "endpoint" if isinstance(exc, NotFound) else _field(exc.argument)
         return await _list_page(board, request, who, values, {field: _sentence(exc.message)}, status=422)
     url = board.settings.public_base_url + intakes.hook_path(token)
-    key = _tickets(board).put(_Ticket(who[0].human_id, time.monotonic() + TICKET_SECONDS, intake, url, secret))
+    shown = {k: intake[k] for k in ("intake_id", "name", "endpoint", "queue", "source")}
+    key = await board.reveals.put(board.core, who[0].human_id, "intake",
+                                  {"intake": shown, "url": url, "secret": secret})
     return RedirectResponse(f"/intakes/created/{key}", status_code=303, headers=NO_STORE)
 
 
 @human_page
 async def intake_created(board: Board, request: Request, who) -> Response:
-    ticket = _tickets(board).take(who[0].human_id, request.path_params["key"][:64])
+    ticket = await board.reveals.take(board.core, who[0].human_id, "intake", request.path_params["key"])
     if ticket is None:
         return board.page(request, who, "intake_gone.html", status=410, title="URL and secret no longer shown",
                           active="intake")
     return board.page(request, who, "intake_created.html", title="Your new intake", active="intake",
-                      intake=ticket.intake, url=ticket.url, secret=ticket.secret,
-                      source_help=SOURCE_HELP[ticket.intake["source"]])
+                      intake=ticket["intake"], url=ticket["url"], secret=ticket["secret"],
+                      source_help=SOURCE_HELP[ticket["intake"]["source"]])
 
 
 async def _detail(board: Board, request: Request, who, *, rules_text: str | None = None,

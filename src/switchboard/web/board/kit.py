@@ -36,10 +36,9 @@ from .sessions import SESSION_COOKIE, Session, Sessions
 from .throttle import LoginThrottle
 
 if TYPE_CHECKING:
-    from .endpoint_pages import VendTickets
-    from .intake_pages import RevealTickets
     from .live import LiveHub
     from .oidc import Oidc
+    from .reveal import Reveals
 
 log = logging.getLogger("switchboard.board")
 
@@ -118,17 +117,16 @@ def make_env() -> Environment:
 
 
 class Board:
-    # Attached after construction: the live hub by build() (web/board/__init__.py); the ticket stores
-    # and the OpenID client by the pages that use them, on first use.
+    # Attached after construction by build() (web/board/__init__.py): the live hub.
     hub: LiveHub
-    intake_tickets: RevealTickets
-    vend_tickets: VendTickets
-    oidc: Oidc
 
-    def __init__(self, settings: Settings, sessions: Sessions, extra_nav: list | None = None) -> None:
+    def __init__(self, settings: Settings, sessions: Sessions, reveals: Reveals, oidc: Oidc,
+                 extra_nav: list | None = None) -> None:
         self.settings = settings
         self.extra_nav = extra_nav if extra_nav is not None else []
         self.sessions = sessions
+        self.reveals = reveals  # the one-time reveals of new secrets (reveal.py)
+        self.oidc = oidc  # sign-in with OpenID Connect and GitHub (oidc.py)
         self.throttle = LoginThrottle()
         self.env = make_env()
         self._core: Core | None = None

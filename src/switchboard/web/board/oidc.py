@@ -26,7 +26,6 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,7 +44,7 @@ from starlette.routing import Route
 from ...config import Settings
 from ...core import identities
 from .kit import NO_STORE, Board, board_of, safe_next
-from .sessions import SESSION_COOKIE, SESSION_SECONDS, load_secret
+from .sessions import SESSION_COOKIE, SESSION_SECONDS
 
 log = logging.getLogger("switchboard.board")
 
@@ -104,10 +103,9 @@ class SignInFailed(Exception):
 class Oidc:
     """The configured providers, the pending-state cookie's signer and the cached provider metadata."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, secret: bytes) -> None:
         self.settings = settings
         self.providers = {p.key: p for p in providers(settings)}
-        secret = load_secret(settings.secret_key, Path(settings.data_dir))
         self._pending = URLSafeTimedSerializer(secret, salt="switchboard-oidc-pending")
         self._metadata: dict[str, tuple[float, dict]] = {}
         self._jwks: dict[str, tuple[float, Any]] = {}  # the provider's JWKS document, as JSON
@@ -278,16 +276,9 @@ class Oidc:
         return identities.GITHUB_ISSUER, str(user["id"]), login
 
 
-def oidc_of(board: Board) -> Oidc:
-    found = getattr(board, "oidc", None)
-    if found is None:
-        found = board.oidc = Oidc(board.settings)
-    return found
-
-
 def buttons(board: Board) -> list[Provider]:
     """The providers the sign-in page offers, in a fixed order."""
-    return list(oidc_of(board).providers.values())
+    return list(board.oidc.providers.values())
 
 
 # ---------------------------------------------------------------------------------------- routes
@@ -305,7 +296,7 @@ def _cookie_args(board: Board) -> dict:
 
 async def start(request: Request) -> Response:
     board = board_of(request)
-    oidc = oidc_of(board)
+    oidc = board.oidc
     provider = oidc.providers.get(request.query_params.get("provider", ""))
     if provider is None:
         return _failed(board, request, SignInFailed(404, "That sign-in provider is not configured here.",
@@ -334,7 +325,7 @@ async def callback(request: Request) -> Response:
 
 
 async def _callback(board: Board, request: Request) -> Response:
-    oidc = oidc_of(board)
+    oidc = board.oidc
     pending = oidc.unseal(request.cookies.get(PENDING_COOKIE))
     provider = oidc.providers.get(pending["p"]) if pending else None
     if pending is None or provider is None:
