@@ -90,17 +90,29 @@ from pathlib import Path
 
 import httpx
 
-from soak_agents import AGENT_KINDS, AGENT_MODES, AUTH_CODES, QUEUE, STATELESS_ERA, UNSURE_ERRORS, JsonLines
+from soak_agents import (
+    AGENT_KINDS,
+    AGENT_MODES,
+    AUTH_CODES,
+    QUEUE,
+    STATELESS_ERA,
+    TEAM,
+    TEAM_QUEUE,
+    UNSURE_ERRORS,
+    JsonLines,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT_HOST = Path(__file__).resolve().parent / "soak_agents.py"
 FAULT_KINDS = ("server_kill", "agent_kill", "agent_cancel", "pg_terminate", "pg_restart_fast",
-               "pg_restart_immediate", "pg_sigstop", "revoke", "slow_clients")
+               "pg_restart_immediate", "pg_sigstop", "revoke", "slow_clients", "member_remove")
 PG_CTL_FAULTS = ("pg_restart_fast", "pg_restart_immediate", "pg_sigstop")
 VERB_OUTCOME = {"complete": "completed", "fail": "failed", "release": "released"}
 VERB_DISPOSITIONS = {"complete": {"done"}, "fail": {"retry_scheduled", "dead_lettered"}, "release": {"requeued"}}
 DIED = {"lease_expired", "reaped"}
 SLACK = 0.5  # seconds of clock slack between the database's now() and this machine's time.time()
+OWNER, ADMIN, MEMBER = "soak", "soak-b", "soak-c"  # the team's humans: the member is the one removed and re-added
+TEAM_HUMANS = (MEMBER, ADMIN, OWNER)  # the humans of the team lanes, in turn (the member's first)
 
 
 def say(*parts: object) -> None:
@@ -128,6 +140,12 @@ class Lane:
     gen: int
     slug: str
     credential: str
+    human: str = OWNER
+    team: bool = False  # a team lane: its endpoint is granted the team queue alone
+
+    @property
+    def queue(self) -> str:
+        return TEAM_QUEUE if self.team else QUEUE
 
 
 @dataclass
@@ -136,6 +154,18 @@ class Revocation:
     slug: str
     started: float
     returned: float
+
+
+@dataclass
+class Removal:
+    """The member taken off the team and put back: `team remove` ran from `started` to `returned`;
+    `team add` and the grants of their endpoints from `readd` to `regranted`."""
+    human: str
+    started: float
+    returned: float
+    readd: float = float("inf")
+    regranted: float = float("inf")
+    handed_back: int | None = None
 
 
 class Soak:
@@ -159,6 +189,13 @@ class Soak:
         self.lanes: list[Lane] = []
         self.gens = 0
         self.revocations: list[Revocation] = []
+        self.removals: list[Removal] = []
+        self.cap = 0  # the team queue's max_in_flight
+        self.policy_set_at = 0.0
+        self.push_targets: list[int | None] = []  # by push number: an endpoint lane's index, or None (the team)
+        self.inflight_max = -1  # the team queue's in-flight count, sampled
+        self.inflight_samples = 0
+        self.inflight_over: list[tuple[float, int]] = []
         self.token = ""
         self.pushes: dict[str, dict] = {}  # idempotency key -> {lane gen, slug, id, state}
         self.windows: list[tuple[str, float, float]] = []  # fault kind, start, end
@@ -229,10 +266,16 @@ class Soak:
             await asyncio.sleep(1 + attempt)
         raise RuntimeError(f"switchboard {' '.join(argv)} kept failing")
 
-    async def vend(self, index: int) -> Lane:
-        got = await self.cli("endpoint", "vend", "--agent", f"lane-{index}", "--queue", QUEUE, "--json")
+    async def vend(self, index: int, human: str = OWNER, team: bool = False) -> Lane:
+        """An endpoint for lane `index`: the human's own queue, or (a team lane) the team queue alone,
+        vended by `human`; a plain member's endpoint is then granted the queue by the owner."""
+        queue = TEAM_QUEUE if team else QUEUE
+        got = await self.cli("endpoint", "vend", "--agent", f"lane-{index}", "--queue", queue, "--user", human,
+                             "--json")
+        if team and got.get("awaiting_grant"):
+            await self.cli("team", "grant", TEAM, QUEUE, got["slug"], "--user", OWNER, "--json")
         self.gens += 1
-        return Lane(index, self.gens, got["slug"], got["credential"])
+        return Lane(index, self.gens, got["slug"], got["credential"], human, team)
 
     # ------------------------------------------------------------------------------- servers
 
@@ -275,7 +318,8 @@ class Soak:
 
     @staticmethod
     def lane_msg(lane: Lane) -> dict:
-        return {"op": "lane", "lane": lane.index, "gen": lane.gen, "slug": lane.slug, "credential": lane.credential}
+        return {"op": "lane", "lane": lane.index, "gen": lane.gen, "slug": lane.slug, "credential": lane.credential,
+                "queue": lane.queue}
 
     async def tell_hosts(self, msg: dict) -> None:
         line = (json.dumps(msg) + "\n").encode()
@@ -307,23 +351,44 @@ class Soak:
         self.servers = [None] * a.servers
         for i in range(a.servers):
             self.start_server(i)
-        n_lanes = max(2, a.agents // 5)
+        # Lanes: one per five agents, at least four (at most one per agent). The last third of them (at
+        # least two when there are four or more) are team lanes: endpoints granted the team queue alone,
+        # vended in turn by the member, the admin and the owner of the team, each with their own credential.
+        n_lanes = max(1, min(a.agents, max(4, a.agents // 5)))
+        n_team = max(2 if n_lanes >= 4 else 1, round(n_lanes / 3))
+        team_lanes = {n_lanes - n_team + j: TEAM_HUMANS[j % len(TEAM_HUMANS)] for j in range(n_team)}
+        modes = a.mix  # spread over the transports: the offset moves each round of four agents
+        specs = [{"name": f"agent-{k:02d}", "kind": AGENT_KINDS[k % len(AGENT_KINDS)],
+                  "mode": modes[(k + k // len(AGENT_KINDS)) % len(modes)],
+                  "lane": (k - k // n_lanes) % n_lanes,  # each round of lanes shifted by one: mixed modes
+                  "server": k % a.servers} for k in range(a.agents)]
+        self.agent_modes = {s["name"]: s["mode"] for s in specs}
+        self.agent_lane = {s["name"]: s["lane"] for s in specs}
+        per_lane = Counter(s["lane"] for s in specs)
+        team_agents = sum(per_lane[i] for i in team_lanes)
+        self.cap = max(2, team_agents // 2)  # below the team lanes' agents, so that the cap bites
+        # the pushes in turn: each endpoint lane as often as it has agents, the team queue as often as its cap
+        weights = {i: per_lane[i] for i in range(n_lanes) if i not in team_lanes} | {None: self.cap}
+        while any(weights.values()):
+            for target in weights:
+                if weights[target]:
+                    self.push_targets.append(target)
+                    weights[target] -= 1
 
         async def credentials() -> None:
-            await self.cli("user", "add", "soak", "--password-stdin", "--json", stdin="soak-password-123\n")
-            token, *lanes = await asyncio.gather(self.cli("token", "create", "--json"),
-                                                 *(self.vend(i) for i in range(n_lanes)))
+            await asyncio.gather(*(self.cli("user", "add", h, "--password-stdin", "--json", stdin=f"{h}-password-123\n")
+                                   for h in (OWNER, ADMIN, MEMBER)))
+            await self.cli("team", "create", TEAM, "--user", OWNER, "--json")
+            await asyncio.gather(self.cli("team", "add", TEAM, ADMIN, "--role", "admin", "--user", OWNER, "--json"),
+                                 self.cli("team", "add", TEAM, MEMBER, "--user", OWNER, "--json"), self.set_policy())
+            token, *lanes = await asyncio.gather(
+                self.cli("token", "create", "--json"),
+                *(self.vend(i, team_lanes.get(i, OWNER), i in team_lanes) for i in range(n_lanes)))
             self.token = token["token"]
             self.lanes = sorted(lanes, key=lambda lane: lane.index)
 
         healthy = asyncio.gather(*(self.wait_healthy(i) for i in range(a.servers)))
         await credentials()
-        modes = a.mix  # spread over the transports: the offset moves each round of four agents
-        specs = [{"name": f"agent-{k:02d}", "kind": AGENT_KINDS[k % len(AGENT_KINDS)],
-                  "mode": modes[(k + k // len(AGENT_KINDS)) % len(modes)],
-                  "lane": (k + k // len(AGENT_KINDS)) % n_lanes,
-                  "server": k % a.servers} for k in range(a.agents)]
-        self.agent_modes = {s["name"]: s["mode"] for s in specs}
         per_host = 3
         self.host_specs = [specs[i:i + per_host] for i in range(0, len(specs), per_host)]
         self.hosts = [None] * len(self.host_specs)
@@ -334,7 +399,17 @@ class Soak:
         self.host_logs.append(self.work / "probes.jsonl")
         mix = Counter(s["mode"] for s in specs)
         say(f"{a.servers} processes on ports {self.ports}, {a.agents} agents in {len(self.hosts)} processes "
-            f"({', '.join(f'{n} {m}' for m, n in mix.items())}), {n_lanes} lanes; work in {self.work}")
+            f"({', '.join(f'{n} {m}' for m, n in mix.items())}), {n_lanes} lanes ({n_team} on {TEAM_QUEUE} "
+            f"with {team_agents} agents, max_in_flight {self.cap}); work in {self.work}")
+
+    async def set_policy(self) -> None:
+        """The team queue's admission policy: the in-flight cap, and a budget of claims per day that the
+        run never spends (so that every claim is charged); the day starts a minute ago, so the run stays
+        inside one window."""
+        start = time.strftime("%H:%M", time.gmtime(time.time() - 60))
+        self.policy_set_at = time.time()
+        await self.cli("queue", "policy", "set", TEAM_QUEUE, "--max-in-flight", str(self.cap), "--max-claims",
+                       "1000000", "--period", "day", "--tz", "UTC", "--start", start, "--user", OWNER, "--json")
 
     # ---------------------------------------------------------------------------------- pusher
 
@@ -355,16 +430,44 @@ class Soak:
                         await asyncio.sleep(1)
             await asyncio.sleep(1)
 
+    async def watch_inflight(self) -> None:
+        """The team queue's leases in flight, as admission counts them (claimed with a lease not yet
+        lapsed, or waiting for input: migration 0023's `switchboard_admission_hold`), in one statement
+        every 0.3 s while pushing; a sample above the cap is a violation."""
+        sql = ("SELECT (SELECT count(*) FROM todos WHERE team_id IS NOT NULL AND queue = %(q)s AND state = 'claimed' "
+               "        AND lease_expires_at >= now()) "
+               "     + (SELECT count(*) FROM todos WHERE team_id IS NOT NULL AND queue = %(q)s "
+               "        AND state = 'input-required') AS n, now() AS at")
+        while self.pushing:
+            with contextlib.suppress(Exception):
+                async with await self.connect() as conn:
+                    while self.pushing:
+                        row = await (await conn.execute(sql, {"q": TEAM_QUEUE})).fetchone()
+                        self.inflight_samples += 1
+                        self.inflight_max = max(self.inflight_max, row["n"])
+                        if row["n"] > self.cap:
+                            self.inflight_over.append((row["at"].timestamp(), row["n"]))
+                        await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)
+
     async def push_one(self, http: httpx.AsyncClient, n: int) -> None:
-        lane = self.lanes[n % len(self.lanes)]
+        """One todo: onto an endpoint lane (POST /api/v1/endpoints/{slug}/todos) or the team queue
+        (POST /api/v1/teams/{team}/todos), in the turn of `push_targets`."""
+        target = self.push_targets[n % len(self.push_targets)]
         key = f"soak-{n}"
-        rec = {"gen": lane.gen, "slug": lane.slug, "id": None, "state": "unsent"}
+        if target is None:
+            rec = {"gen": None, "slug": TEAM_QUEUE, "team": True, "id": None, "state": "unsent"}
+            path = f"/api/v1/teams/{TEAM}/todos"
+        else:
+            lane = self.lanes[target]
+            rec = {"gen": lane.gen, "slug": lane.slug, "team": False, "id": None, "state": "unsent"}
+            path = f"/api/v1/endpoints/{lane.slug}/todos"
         self.pushes[key] = rec
         body = {"title": f"soak todo {n}", "queue": QUEUE, "key": key, "payload": {"n": n}}
         for attempt in range(8):
             server = (n + attempt) % len(self.ports)
             try:
-                r = await http.post(f"{self.base(server)}/api/v1/endpoints/{lane.slug}/todos", json=body)
+                r = await http.post(f"{self.base(server)}{path}", json=body)
             except httpx.HTTPError as exc:
                 self.push_errors[type(exc).__name__] += 1
                 rec["state"] = "unknown"  # the answer was lost: the key settles it on the next try
@@ -425,10 +528,11 @@ class Soak:
                 want = "claimed" if self.crng.random() < 0.6 else "pending"
                 try:
                     async with asyncio.timeout(5), await self.connect() as conn:
-                        cur = await conn.execute(
-                            "SELECT t.id FROM todos t JOIN endpoints e ON e.id = t.endpoint_id "
-                            "WHERE e.slug = ANY(%s) AND t.state = %s ORDER BY random() LIMIT 1",
-                            ([lane.slug for lane in self.lanes], want))
+                        cur = await conn.execute(  # an endpoint lane's todo, or a team todo
+                            "SELECT t.id FROM todos t LEFT JOIN endpoints e ON e.id = t.endpoint_id "
+                            "WHERE (e.slug = ANY(%s) OR t.team_id IS NOT NULL) AND t.state = %s "
+                            "ORDER BY random() LIMIT 1",
+                            ([lane.slug for lane in self.lanes if not lane.team], want))
                         row = await cur.fetchone()
                 except Exception:
                     continue  # the database is being restarted or stopped: a human would try later
@@ -551,15 +655,50 @@ class Soak:
     async def fault_revoke(self) -> str:
         index = self.rng.randrange(len(self.lanes))
         old = self.lanes[index]
-        new = await self.vend(index)  # the replacement first, so the agents can move at once
+        new = await self.vend(index, old.human, old.team)  # the replacement first: the agents move at once
         started = time.time()
-        await self.cli("endpoint", "revoke", old.slug, "--json")
+        await self.cli("endpoint", "revoke", old.slug, "--user", old.human, "--json")
         returned = time.time()
         self.revocations.append(Revocation(old.gen, old.slug, started, returned))
         self.lanes[index] = new
         probes = await self.probe_revoked(old)
         await self.tell_hosts(self.lane_msg(new))
         return f"lane {index} revoked in {returned - started:.2f} s and re-vended; probes after: {probes}"
+
+    async def fault_member_remove(self) -> str:
+        """`team remove` of the member while their agents hold team leases (waiting up to 3 s for one),
+        then after a pause `team add` and a grant of the team queue to each of their endpoints again (the
+        same endpoints: a removal revokes nothing). The removal hands their team leases back; until the
+        re-add their agents' calls on team todos are `not_found` and their claims find nothing there."""
+        slugs = [lane.slug for lane in self.lanes if lane.team and lane.human == MEMBER]
+        holding = 0
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(3), await self.connect() as conn:
+                    cur = await conn.execute(
+                        "SELECT count(*) AS n FROM todos t JOIN endpoints e ON e.id = t.claimed_by_endpoint_id "
+                        "WHERE e.slug = ANY(%s) AND t.state IN ('claimed', 'input-required')", (slugs,))
+                    holding = (await cur.fetchone())["n"]
+            if holding:
+                break
+            await asyncio.sleep(0.2)
+        rm = Removal(MEMBER, time.time(), 0.0)
+        self.removals.append(rm)
+        got = await self.cli("team", "remove", TEAM, MEMBER, "--user", OWNER, "--json")
+        rm.returned = time.time()
+        rm.handed_back = got.get("leases_handed_back")
+        pause = self.rng.uniform(1.0, 1.0 + 4.0 * self.scale)
+        await asyncio.sleep(pause)
+        rm.readd = time.time()
+        await self.cli("team", "add", TEAM, MEMBER, "--user", OWNER, "--json")
+        lanes = [lane for lane in self.lanes if lane.team and lane.human == MEMBER]  # current generations
+        await asyncio.gather(*(self.cli("team", "grant", TEAM, QUEUE, lane.slug, "--user", OWNER, "--json")
+                               for lane in lanes))
+        rm.regranted = time.time()
+        return (f"{MEMBER} removed in {rm.returned - rm.started:.2f} s holding {holding} team leases "
+                f"({rm.handed_back} handed back), re-added after {pause:.1f} s, {len(lanes)} endpoints granted again "
+                f"in {rm.regranted - rm.readd:.2f} s")
 
     async def probe_revoked(self, lane: Lane) -> str:
         """A fresh request with the revoked credential on every process, right after the revocation."""
@@ -659,8 +798,9 @@ class Soak:
     async def live_count(self) -> int:
         active = [lane.slug for lane in self.lanes]
         async with await self.connect() as conn:
-            cur = await conn.execute(
-                "SELECT count(*) AS n FROM todos t JOIN endpoints e ON e.id = t.endpoint_id WHERE e.slug = ANY(%s) "
+            cur = await conn.execute(  # the live endpoint lanes' todos and the team's
+                "SELECT count(*) AS n FROM todos t LEFT JOIN endpoints e ON e.id = t.endpoint_id "
+                "WHERE (e.slug = ANY(%s) OR t.team_id IS NOT NULL) "
                 "AND (t.state IN ('pending', 'claimed', 'input-required') "
                 "     OR (t.state = 'failed' AND t.next_retry_at IS NOT NULL))", (active,))
             return (await cur.fetchone())["n"]
@@ -765,16 +905,25 @@ class Soak:
         async with await self.connect() as conn:
             v += [f"invariant: {p}" for p in await invariants.check(conn)]
             self.pg_version = (await (await conn.execute("SHOW server_version")).fetchone())["server_version"]
+            # every todo: an endpoint's (endpoint_id set) and the team's (team_id set, endpoint_id null)
             cur = await conn.execute(
                 "SELECT t.id, t.state, t.next_retry_at, t.attempt, t.attempts_total, t.attempts_pruned, "
-                "t.idempotency_key AS key, t.result, e.slug, t.lease_expires_at, now() AS now, "
-                "e.state AS endpoint_state, t.created_at, e.revoked_at "
-                "FROM todos t JOIN endpoints e ON e.id = t.endpoint_id")
+                "t.idempotency_key AS key, t.result, coalesce(e.slug, t.queue) AS slug, t.lease_expires_at, "
+                "now() AS now, e.state AS endpoint_state, t.created_at, e.revoked_at, t.team_id IS NOT NULL AS team, "
+                "t.queue FROM todos t LEFT JOIN endpoints e ON e.id = t.endpoint_id")
             todos = {r["id"]: r for r in await cur.fetchall()}
             cur = await conn.execute(
-                "SELECT todo_id, seq, claimant, claimed_at, ended_at, outcome, disposition, lease_expires_at "
-                "FROM todo_attempts ORDER BY todo_id, seq")
+                "SELECT a.todo_id, a.seq, a.claimant, a.claimed_at, a.ended_at, a.outcome, a.disposition, "
+                "a.lease_expires_at, ce.slug AS claimer_slug FROM todo_attempts a "
+                "LEFT JOIN endpoints ce ON ce.id = a.claimer_endpoint_id ORDER BY a.todo_id, a.seq")
             attempts = await cur.fetchall()
+            # the team queue's charges in the policy's current window (the run stays inside one)
+            cur = await conn.execute(
+                "SELECT coalesce(sum(s.charged), 0)::int AS charged, count(DISTINCT p.id) AS policies "
+                "FROM admission_policies p JOIN admission_shards s ON s.policy_id = p.id "
+                "WHERE p.queue = %s AND s.charged_window = switchboard_window_start(p.window_period, p.window_tz, "
+                "p.window_start_minute, p.window_weekday, now())", (TEAM_QUEUE,))
+            charged = (await cur.fetchone())["charged"]
         for r in attempts:
             for k in ("claimed_at", "ended_at", "lease_expires_at"):
                 r[k] = r[k].timestamp() if r[k] is not None else None
@@ -815,9 +964,18 @@ class Soak:
             per_todo[a["todo_id"]].append(a)
         for tid, t in todos.items():
             rows = per_todo.get(tid, [])
-            if t["attempts_total"] != len(rows) + t["attempts_pruned"] or t["attempt"] != t["attempts_total"]:
+            # a team todo's hand-back (revoked, or released by its human's removal) does not use up an
+            # attempt: the counter goes one down (core/sql/teams.sql `hand_back`); a release inside a
+            # removal window may be the agent's own, which does
+            revoked_back = sum(1 for a in rows if t["team"] and a["outcome"] == "revoked")
+            removed_back = sum(1 for a in rows if a["outcome"] == "released"
+                               and self.removal_under(a, a["claimant"] or "", todos) is not None)
+            if (t["attempts_total"] != len(rows) + t["attempts_pruned"]
+                    or not t["attempts_total"] - revoked_back - removed_back - t["attempts_pruned"] <= t["attempt"]
+                    <= t["attempts_total"] - revoked_back):
                 v.append(f"todo {tid}: attempt {t['attempt']}, attempts_total {t['attempts_total']}, "
-                         f"pruned {t['attempts_pruned']}, {len(rows)} attempt rows")
+                         f"pruned {t['attempts_pruned']}, {len(rows)} attempt rows, {revoked_back + removed_back} "
+                         f"handed back")
             done_rows = sum(1 for a in rows if a["disposition"] == "done")
             if done_rows != (1 if t["state"] == "done" else 0):
                 v.append(f"todo {tid} is {t['state']} with {done_rows} attempts that ended done")
@@ -836,10 +994,14 @@ class Soak:
         seen = self.seen_by_agents(records)
         claims, answered, ops, sent = seen["claims"], seen["answered"], seen["ops"], seen["sent"]
         by_claimant: dict[str, list[dict]] = defaultdict(list)
+        gen_slug = {lane.gen: lane.slug for lane in self.lanes} | {rv.gen: rv.slug for rv in self.revocations}
         for a in attempts:
             by_claimant[a["claimant"]].append(a)
             if a["claimant"] not in claims:
                 v.append(f"attempt {a['todo_id']}#{a['seq']} by {a['claimant']!r}: no agent logged that claim")
+            elif a["claimer_slug"] != gen_slug.get(claims[a["claimant"]]["g"]):  # the endpoint that claimed
+                v.append(f"attempt {a['todo_id']}#{a['seq']} by {a['claimant']!r} records endpoint "
+                         f"{a['claimer_slug']}, the claim was made with {gen_slug.get(claims[a['claimant']]['g'])}")
         for claimant, claim in claims.items():
             made = by_claimant.get(claimant, [])
             r = claim["r"]
@@ -893,6 +1055,9 @@ class Soak:
                              f"disposition {a['disposition']}")
             else:
                 allowed = DIED | {"revoked"}
+                removal = self.removal_under(a, claimant, todos)
+                if removal is not None:  # the lane's human was being removed from the team: a hand-back
+                    allowed.add("released")
                 if a["todo_id"] in cancels:
                     allowed.add("canceled")
                 for verb in ended_ambiguously:
@@ -902,6 +1067,8 @@ class Soak:
                 kind = ("canceled by the human while held" + (" (a report or heartbeat refused after it)"
                                                               if lost else "")
                         if a["outcome"] == "canceled" else
+                        "team member removed while holding (handed back)"
+                        if a["outcome"] == "released" and removal is not None else
                         "agent task cancelled while holding" if key in cancelled else
                         "agent process killed while holding" if incarnation in self.killed_incarnations else
                         "claim answer lost (reset, timeout, 'unavailable', 'internal')" if r != "ok" else
@@ -918,6 +1085,11 @@ class Soak:
             if a["outcome"] in DIED and a["ended_at"] + SLACK < a["lease_expires_at"]:
                 v.append(f"attempt {a['todo_id']}#{a['seq']} died at {a['ended_at']:.3f}, before its lease "
                          f"expired at {a['lease_expires_at']:.3f}")
+            if a["outcome"] == "released" and a["disposition"] != "requeued":
+                v.append(f"attempt {a['todo_id']}#{a['seq']} released with disposition {a['disposition']}")
+            if a["outcome"] == "revoked" and todos.get(a["todo_id"], {}).get("team") and a["disposition"] != "requeued":
+                v.append(f"team todo {a['todo_id']}: attempt {a['seq']} revoked with disposition "
+                         f"{a['disposition']}, not handed back (requeued)")
             if a["outcome"] == "revoked":
                 rv = revoked.get(gen)
                 if rv is None:
@@ -973,6 +1145,8 @@ class Soak:
                         v.append(f"todo {tid}: {o['tool']} by {claimant} (attempt {seq}) accepted "
                                  f"after {other} claimed attempt {later}")
 
+        team = self.check_team(todos, attempts, per_todo, seen, charged)
+
         # no credential accepted after its revocation returned
         # (tool calls by their answer, whichever client; other requests by their HTTP status)
         accepted_after = []
@@ -991,7 +1165,111 @@ class Soak:
             v.append(f"... and {len(accepted_after) - 20} more calls accepted with revoked credentials")
 
         return {"todos": todos, "attempts": attempts, "calls": calls, "records": records,
-                "live_left": live_left, "causes": causes, "accepted_after": accepted_after, "seen": seen}
+                "live_left": live_left, "causes": causes, "accepted_after": accepted_after, "seen": seen,
+                "team": team}
+
+    def lane_of(self, claimant: str) -> Lane | None:
+        index = self.agent_lane.get(claimant.split("/")[0])
+        return None if index is None else self.lanes[index]
+
+    def removal_under(self, a: dict, claimant: str, todos: dict) -> Removal | None:
+        """The removal of the claiming lane's human from the team that explains a team attempt ending
+        then (a hand-back: `released`, `requeued`), if any."""
+        t, lane = todos.get(a["todo_id"]), self.lane_of(claimant)
+        if t is None or not t["team"] or a["ended_at"] is None or lane is None or not lane.team:
+            return None
+        return next((rm for rm in self.removals if rm.human == lane.human
+                     and rm.started - SLACK <= a["ended_at"] <= rm.returned + SLACK), None)
+
+    def check_team(self, todos: dict, attempts: list[dict], per_todo: dict, seen: dict, charged: int) -> dict:
+        """The rules of the team queue: its in-flight cap held (sampled, and rebuilt from the attempts),
+        every claim on it charged once, and a removed member's agents shut out until the re-add."""
+        v = self.violations
+        claims, ops = seen["claims"], seen["ops"]
+        team_todos = [t for t in todos.values() if t["team"]]
+        team_attempts = [a for a in attempts if todos.get(a["todo_id"], {}).get("team")]
+
+        # the in-flight cap, sampled while pushing
+        for at, n in self.inflight_over[:10]:
+            v.append(f"team queue: {n} leases in flight at {at:.3f}, above max_in_flight {self.cap}")
+
+        # the in-flight cap, rebuilt from the attempt rows: an attempt holds a slot from its claim until it
+        # ended or its lease lapsed, whichever came first (a lapsed lease no longer counts, and a holder
+        # cannot heartbeat it back on a capped queue: core/sql/fragments.sql `lease_kept`); so a died
+        # attempt counts until its lease expiry, not until the sweep closed it.
+        events = []
+        for a in team_attempts:
+            end = min(x for x in (a["ended_at"], a["lease_expires_at"]) if x is not None)
+            events += [(a["claimed_at"], 1), (end, -1)]
+        events.sort(key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+        level = rebuilt_max = 0
+        over_since, over = None, []
+        for at, step in events:
+            level += step
+            rebuilt_max = max(rebuilt_max, level)
+            if level > self.cap and over_since is None:
+                over_since = at
+            elif level <= self.cap and over_since is not None:
+                over.append((over_since, at - over_since))
+                over_since = None
+        for since, lasted in over[:10]:
+            v.append(f"team queue: more than {self.cap} attempts open from {since:.3f} for {lasted * 1000:.1f} ms "
+                     f"(rebuilt from the attempt rows)")
+
+        # every claim on the team queue charged once: the policy's charges in its window (the run stays in
+        # one) equal the attempts the team's todos have had
+        opened = sum(len(per_todo.get(t["id"], [])) + t["attempts_pruned"] for t in team_todos)
+        if charged != opened:
+            v.append(f"team queue: {charged} units charged in the window, {opened} attempts opened on it")
+
+        # a removed member's agents: shut out from the removal's return to the re-add
+        member_agents = {name for name, i in self.agent_lane.items()
+                         if self.lanes[i].team and self.lanes[i].human == MEMBER}
+        in_window = Counter()
+        handed_back = {(a["claimant"], a["todo_id"]): rm for a in team_attempts if a["outcome"] == "released"
+                       and (rm := self.removal_under(a, a["claimant"], todos)) is not None}
+        for rm in self.removals:
+            if not rm.returned:
+                continue
+            for c, claim in claims.items():
+                if c.split("/")[0] not in member_agents or not rm.returned + 0.05 < claim["t0"] < rm.readd:
+                    continue
+                in_window[f"claim_next {claim['r']}"] += 1
+                if claim["r"] == "ok" and (claim.get("t1") or 0) < rm.readd:
+                    v.append(f"claim {c} by {rm.human}'s agent answered with todos, sent "
+                             f"{claim['t0'] - rm.returned:.3f} s after the removal returned, before the re-add")
+            for (c, tid), s_ops in ops.items():
+                if c.split("/")[0] not in member_agents:
+                    continue
+                for o in s_ops:
+                    if not rm.returned + 0.05 < o["t0"] < rm.readd:
+                        continue
+                    in_window[f"{o['tool']} {o['r']}"] += 1
+                    if o["r"] == "ok" and o["t1"] < rm.readd:
+                        v.append(f"team todo {tid}: {o['tool']} by {c} accepted, sent {o['t0'] - rm.returned:.3f} s "
+                                 f"after {rm.human} was removed, before the re-add")
+        for (c, tid), rm in handed_back.items():  # the lease handed back stays gone, re-add or not
+            for o in ops.get((c, tid), []):
+                if o["r"] == "ok" and o["t0"] > rm.returned + 0.05:
+                    v.append(f"team todo {tid}: {o['tool']} by {c} accepted on the lease its removal handed "
+                             f"back, sent {o['t0'] - rm.returned:.3f} s after the removal returned")
+
+        for key, rec in self.pushes.items():
+            if rec["team"] and rec["state"] == "refused":
+                v.append(f"team push {key} refused (HTTP 400 or 404)")
+
+        deferred = Counter(r for claim in claims.values() for r in claim.get("deferred") or [])
+        team_claims = [claim for c, claim in claims.items() if (lane := self.lane_of(c)) is not None and lane.team]
+        return {"pushed": sum(1 for rec in self.pushes.values() if rec["team"] and rec["state"] == "created"),
+                "todos": len(team_todos), "done": sum(1 for t in team_todos if t["state"] == "done"),
+                "canceled": sum(1 for t in team_todos if t["state"] == "canceled"),
+                "claim_calls": len(team_claims), "attempts": len(team_attempts),
+                "outcomes": dict(Counter(f"{a['outcome']}/{a['disposition']}" for a in team_attempts)),
+                "deferred": sum(deferred.values()), "deferred_reasons": dict(deferred),
+                "max_in_flight": self.cap, "in_flight_max_sampled": self.inflight_max,
+                "in_flight_samples": self.inflight_samples, "in_flight_max_rebuilt": rebuilt_max,
+                "charged": charged, "attempts_opened": opened, "handed_back": len(handed_back),
+                "member_calls_in_removal": dict(in_window)}
 
     # ---------------------------------------------------------------------------------- report
 
@@ -1069,6 +1347,27 @@ class Soak:
         cancels = Counter((c["was"], c["r"]) for c in self.cancels)
         lines += ["", "| the human's cancels: todo picked while | answer | count |", "| --- | --- | ---: |"]
         lines += [f"| {was} | {r} | {n} |" for (was, r), n in sorted(cancels.items())] or ["| - | none sent | 0 |"]
+        tm = got["team"]
+        lines += ["", f"| team queue {TEAM_QUEUE} (max_in_flight {tm['max_in_flight']}) | count |", "| --- | ---: |",
+                  f"| todos pushed (answered) | {tm['pushed']} |", f"| todos done | {tm['done']} |",
+                  f"| todos canceled | {tm['canceled']} |",
+                  f"| claim calls on team lanes | {tm['claim_calls']} |",
+                  f"| attempts on team lanes | {tm['attempts']} |",
+                  f"| claims answered empty with deferred | {tm['deferred']} "
+                  f"({', '.join(f'{k} {n}' for k, n in tm['deferred_reasons'].items()) or '-'}) |",
+                  f"| in flight, max sampled ({tm['in_flight_samples']} samples) | {tm['in_flight_max_sampled']} |",
+                  f"| in flight, max rebuilt from the attempts | {tm['in_flight_max_rebuilt']} |",
+                  f"| units charged in the window / attempts opened | {tm['charged']} / {tm['attempts_opened']} |",
+                  f"| leases handed back by a member's removal | {tm['handed_back']} |"]
+        lines += [f"| attempts {k} | {n} |" for k, n in sorted(tm["outcomes"].items())]
+        if self.removals:
+            lines += ["", "| member removal | CLI took s | leases handed back | out for s | re-add and grants took s | "
+                          "their agents' calls in between |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+            for rm in self.removals:
+                lines.append(f"| {rm.human} | {rm.returned - rm.started:.2f} | {rm.handed_back} | "
+                             f"{rm.readd - rm.returned:.1f} | {rm.regranted - rm.readd:.2f} | |")
+            calls_in = ", ".join(f"{k} {n}" for k, n in sorted(tm["member_calls_in_removal"].items())) or "none"
+            lines.append(f"| (all removals) | | | | | {calls_in} |")
         lines += ["", "| errors seen by agents | count |", "| --- | ---: |"]
         lines += [f"| {k} | {n} |" for k, n in errs["(all)"].most_common()] or ["| none | 0 |"]
         lines += ["", "| errors seen by the producer (each retried) | count |", "| --- | ---: |"]
@@ -1093,6 +1392,9 @@ class Soak:
                    "done": states["done"], "attempts": dict(outcomes), "violations": self.violations,
                    "claims": sum(len(x) for x in lat.values()), "canceled": states["canceled"],
                    "cancels": dict(Counter(c["r"] for c in self.cancels)),
+                   "team": {k: tm[k] for k in ("pushed", "done", "canceled", "claim_calls", "attempts", "deferred",
+                                               "max_in_flight", "in_flight_max_sampled", "in_flight_max_rebuilt",
+                                               "in_flight_samples", "charged", "attempts_opened", "handed_back")},
                    "modes": {mode: {k: m[k] for k in ("agents", "claims", "claims_ok", "todos_claimed", "acked_single",
                                                        "acked_items", "acked_round")} for mode, m in modes.items()}}
         print("SOAK-SUMMARY " + json.dumps(summary), flush=True)
@@ -1137,6 +1439,7 @@ class Soak:
             await self.setup()
 
             backlog = asyncio.create_task(self.watch_backlog())
+            inflight = asyncio.create_task(self.watch_inflight())
             load = asyncio.create_task(self.watch_load())
             self.pusher_task = asyncio.create_task(self.pusher())
             self.canceller_task = asyncio.create_task(self.canceller())
@@ -1144,6 +1447,7 @@ class Soak:
             await self.inject()
             await self.drain()
             backlog.cancel()
+            inflight.cancel()
             load.cancel()
             got = await self.check()
             summary = self.report(got)
@@ -1242,8 +1546,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> int:
     args = parse()
-    if args.servers < 1 or args.agents < 1:
-        say("--servers and --agents must be at least 1")
+    if args.servers < 1 or args.agents < 2:
+        say("--servers must be at least 1 and --agents at least 2")
         return 2
     say(f"machine: {machine()}; seed {args.seed}")
     return asyncio.run(Soak(args).run())

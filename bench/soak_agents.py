@@ -29,6 +29,8 @@ import httpx
 SESSION_ERA = "2025-11-25"
 STATELESS_ERA = "2026-07-28"
 QUEUE = "soak"
+TEAM = "soakteam"
+TEAM_QUEUE = f"team:{TEAM}/{QUEUE}"  # the team queue's label: what an endpoint granted it names in claim_next
 AGENT_KINDS = ("sdk-session", "light-stateless", "light-session", "sdk-stateless")
 # Tool errors after which the call may still have taken effect (docs/mcp.md): the agent retries, and the
 # checks treat the call like one whose answer was lost.
@@ -347,6 +349,8 @@ class Agent:
         else:
             r = "ok"
         extra = {}
+        if tool == "claim_next" and r == "empty" and got.get("deferred"):  # admission held the queue back
+            extra = {"deferred": [d.get("reason") for d in got["deferred"]]}
         if tool == "claim_next" and r == "ok":
             if "todos" in got:  # max_todos: each todo under its own attempt
                 extra = {"todos": [[t["todo"]["id"], t["attempt_seq"]] for t in got["todos"]]}
@@ -385,14 +389,19 @@ class Agent:
     async def claim(self, conn, lane: dict) -> None:
         """One claim call; what it took is held, and an empty or refused answer pauses a little."""
         claimant = self.next_claimant()
-        got = await self.call(conn, lane, "claim_next", {"queue": QUEUE, "require_fence": True,
+        got = await self.call(conn, lane, "claim_next", {"queue": lane.get("queue", QUEUE), "require_fence": True,
                                                          "claimant": claimant,
                                                          "lease_ttl_seconds": self.host.cfg["lease_ttl"]},
                               claimant)
         if "error" in got or got.get("empty"):
-            await asyncio.sleep(self.rng.uniform(0.3, 1.0))
+            await self.idle(got)
             return
         self.held = [self.take(got["todo"]["id"], got["lease_token"], claimant, got["attempt_seq"])]
+
+    async def idle(self, got: dict) -> None:
+        """After a claim that took nothing: a pause. A queue held back by its admission policy
+        (`deferred`, the in-flight cap full) is no error: a short pause, then the next claim."""
+        await asyncio.sleep(self.rng.uniform(0.1, 0.4) if got.get("deferred") else self.rng.uniform(0.3, 1.0))
 
     async def heartbeat(self, conn, lane: dict, h: Held) -> bool:
         """Extend the lease of `h`; False (and `h` no longer held) when the lease is gone."""
@@ -440,7 +449,7 @@ class BatchAgent(Agent):
 
     async def claim_batch(self, conn, lane: dict, complete: list[Held] | None = None) -> dict:
         claimant = self.next_claimant()
-        args = {"queue": QUEUE, "require_fence": True, "claimant": claimant,
+        args = {"queue": lane.get("queue", QUEUE), "require_fence": True, "claimant": claimant,
                 "lease_ttl_seconds": self.host.cfg["lease_ttl"], "max_todos": self.rng.randint(2, 10)}
         if complete:
             args["complete"] = [self.close_item(h, "complete") for h in complete]
@@ -448,7 +457,7 @@ class BatchAgent(Agent):
         if complete and "error" not in got:  # answered: each item ended, acknowledged or refused
             self.held = [h for h in self.held if h not in complete]
         if "error" in got or got.get("empty"):
-            await asyncio.sleep(self.rng.uniform(0.3, 1.0))
+            await self.idle(got)
             return got
         self.held += [self.take(t["todo"]["id"], t["lease_token"], claimant, t["attempt_seq"]) for t in got["todos"]]
         self.together = self.rng.random() < 0.5

@@ -13,7 +13,7 @@ import time
 from conftest import ROOT
 
 FAULT_KINDS = ("server_kill", "agent_kill", "agent_cancel", "pg_terminate", "pg_restart_fast",
-               "pg_restart_immediate", "pg_sigstop", "revoke", "slow_clients")
+               "pg_restart_immediate", "pg_sigstop", "revoke", "slow_clients", "member_remove")
 
 
 def test_short_soak_survives_every_fault_kind():
@@ -36,4 +36,8 @@ def test_short_soak_survives_every_fault_kind():
     assert modes["batch"]["todos_claimed"] > 0 and modes["batch"]["acked_items"] > 0, modes
     assert modes["round"]["todos_claimed"] > 0 and modes["round"]["acked_round"] > 0, modes
     assert summary["cancels"].get("ok", 0) > 0 and summary["canceled"] > 0, summary["cancels"]
+    team = summary["team"]  # the team lanes worked their queue, under its in-flight cap
+    assert team["done"] > 0 and team["attempts"] > 0, team
+    assert 0 <= team["in_flight_max_sampled"] <= team["max_in_flight"], team
+    assert team["charged"] == team["attempts_opened"], team
     print(f"short soak: {elapsed:.0f} s, {summary['pushed']} pushed, {summary['done']} done")
