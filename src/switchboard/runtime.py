@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from .config import Settings
-from .core import metric_spool
+from .core import live_notes, metric_spool
 from .core.errors import DatabaseUnavailable, Unauthorized
 from .core.models import Core
 from .db.database import Database
@@ -62,6 +62,7 @@ class Runtime:
         self.listener = ReadyListener()
         self.database: Database | None = None
         self._core = core  # an already open core (a test fixture's); open_runtime sets its own
+        self._notes: live_notes.NoteSender | None = None
 
     @property
     def is_open(self) -> bool:
@@ -72,6 +73,13 @@ class Runtime:
         if self._core is None:
             raise RuntimeClosed("the runtime is not open")
         return self._core
+
+    @property
+    def notes(self) -> live_notes.NoteSender:
+        """What this process tells the others about the todos that moved through it (core/live_notes.py)."""
+        if self._notes is None:
+            raise RuntimeClosed("the runtime is not open")
+        return self._notes
 
 
 def _with_options(uri: str, options: str) -> str:
@@ -108,14 +116,20 @@ async def open_runtime(settings: Settings, *, runtime: Runtime | None = None, mi
         try:
             rt.database = db
             rt._core = Core(pool=pool, settings=settings)
+            rt._notes = live_notes.NoteSender(rt._core)
+            unsubscribe = rt._core.bus.subscribe_batch(rt._notes.collect)
+            rt._notes.start()
             if listen:
                 await rt.listener.start(uri)
             try:
                 yield rt
             finally:
                 await rt.listener.stop()
+                unsubscribe()
+                await rt._notes.stop()  # what moved since the last note, before the pool closes
         finally:
             rt._core = None
+            rt._notes = None
             rt.database = None
             await pool.close()
     finally:

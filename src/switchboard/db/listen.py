@@ -16,6 +16,9 @@ worker of their own, so a slow doorbell batch never delays a revocation. Those n
 fast path only: the statements themselves refuse a revoked endpoint (`endpoint_live` fragment), and
 after a reconnection the `on_reconnect` callbacks assume anything may have been missed.
 
+And on `switchboard_live` (core/live_notes.py): every process's note of the todos that moved through
+it, for the Board's live pages (`on_live` subscribers, on a worker of their own).
+
 The runtime (`switchboard.runtime`) owns the process's one listener and starts it once the database
 is known; consumers (the doorbell, the hook sender, the MCP surface) `subscribe` to it when they are
 built.
@@ -36,6 +39,7 @@ log = logging.getLogger("switchboard.listen")
 
 READY_CHANNEL = "switchboard_ready"
 CREDENTIALS_CHANNEL = "switchboard_credentials"
+LIVE_CHANNEL = "switchboard_live"
 APPLICATION_NAME = "switchboard-listen"  # pg_stat_activity shows "switchboard-listen <process id>"
 
 Batch = Callable[[list[dict]], Awaitable[None]]
@@ -53,6 +57,7 @@ class ReadyListener:
         self.on_batch: list[Batch] = []
         self.on_reconnect: list[Resync] = []
         self.on_credentials: list[Batch] = []
+        self.on_live: list[Batch] = []
         self.connected = asyncio.Event()
         self.connections = 0  # how many times a LISTEN connection was established
         self.backend_pid: int | None = None
@@ -61,13 +66,15 @@ class ReadyListener:
         self._queue: asyncio.Queue[dict] = asyncio.Queue()
         self._credentials: asyncio.Queue[dict] = asyncio.Queue()
         self._credential_worker: asyncio.Task | None = None
+        self._live: asyncio.Queue[dict] = asyncio.Queue()
+        self._live_worker: asyncio.Task | None = None
 
     def subscribe(self, *, on_batch: Batch | None = None, on_reconnect: Resync | None = None,
-                  on_credentials: Batch | None = None) -> Callable[[], None]:
-        """Register callbacks for wake-up batches, for reconnections and for credential changes;
-        returns the unsubscribe call."""
+                  on_credentials: Batch | None = None, on_live: Batch | None = None) -> Callable[[], None]:
+        """Register callbacks for wake-up batches, for reconnections, for credential changes and for
+        live notes; returns the unsubscribe call."""
         pairs: list[tuple[list, object]] = [(self.on_batch, on_batch), (self.on_reconnect, on_reconnect),
-                                            (self.on_credentials, on_credentials)]
+                                            (self.on_credentials, on_credentials), (self.on_live, on_live)]
         for callbacks, cb in pairs:
             if cb is not None:
                 callbacks.append(cb)
@@ -86,17 +93,23 @@ class ReadyListener:
             raise ValueError("the listener needs a database URI")
         if self._task is None:
             self._task = asyncio.create_task(self._listen_forever(), name="listen-ready")
-            self._worker = asyncio.create_task(self._deliver_forever(), name="listen-deliver")
-            self._credential_worker = asyncio.create_task(self._deliver_credentials_forever(),
-                                                          name="listen-credentials")
+            self._worker = asyncio.create_task(
+                self._deliver_forever(self._queue, self.on_batch,
+                                      lambda b: b.get("todo_id") and (b.get("endpoint_id") or b.get("team_id"))),
+                name="listen-deliver")
+            self._credential_worker = asyncio.create_task(
+                self._deliver_forever(self._credentials, self.on_credentials, lambda b: b.get("endpoint_id")),
+                name="listen-credentials")
+            self._live_worker = asyncio.create_task(
+                self._deliver_forever(self._live, self.on_live, lambda b: b.get("o")), name="listen-live")
 
     async def stop(self) -> None:
-        for task in (self._task, self._worker, self._credential_worker):
+        for task in (self._task, self._worker, self._credential_worker, self._live_worker):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        self._task = self._worker = self._credential_worker = None
+        self._task = self._worker = self._credential_worker = self._live_worker = None
         self.connected.clear()
 
     async def wait_connected(self, timeout: float = 10.0) -> None:
@@ -109,8 +122,8 @@ class ReadyListener:
                 name = f"{APPLICATION_NAME} {os.getpid()}"
                 connect = psycopg.AsyncConnection.connect(self.uri, autocommit=True, application_name=name)
                 async with await connect as conn:
-                    # Channels are our constants, not input; one round trip for both.
-                    await conn.execute(f"LISTEN {self.channel}; LISTEN {CREDENTIALS_CHANNEL}")
+                    # Channels are our constants, not input; one round trip for all three.
+                    await conn.execute(f"LISTEN {self.channel}; LISTEN {CREDENTIALS_CHANNEL}; LISTEN {LIVE_CHANNEL}")
                     self.backend_pid = conn.info.backend_pid
                     self.connections += 1
                     first = self.connections == 1
@@ -122,6 +135,9 @@ class ReadyListener:
                     async for note in conn.notifies():
                         if note.channel == CREDENTIALS_CHANNEL:
                             self._credentials.put_nowait(self._parse(note.payload))
+                        elif note.channel == LIVE_CHANNEL:
+                            if self.on_live:  # nobody here shows live pages: nothing to queue
+                                self._live.put_nowait(self._parse(note.payload))
                         else:
                             self._queue.put_nowait(self._parse(note.payload))
             except asyncio.CancelledError:
@@ -149,36 +165,21 @@ class ReadyListener:
             except Exception:
                 log.exception("listen resync callback failed")
 
-    async def _deliver_forever(self) -> None:
-        """Drain everything queued so far and hand it over as one batch."""
+    @staticmethod
+    async def _deliver_forever(queue: asyncio.Queue[dict], callbacks: list[Batch],
+                               keep: Callable[[dict], object]) -> None:
+        """Drain everything queued so far and hand it over as one batch (the entries `keep` accepts)."""
         while True:
-            batch = [await self._queue.get()]
-            while not self._queue.empty() and len(batch) < 1000:
-                batch.append(self._queue.get_nowait())
-            batch = [b for b in batch if b.get("todo_id") and (b.get("endpoint_id") or b.get("team_id"))]
+            batch = [await queue.get()]
+            while not queue.empty() and len(batch) < 1000:
+                batch.append(queue.get_nowait())
+            batch = [b for b in batch if keep(b)]
             if not batch:
                 continue
-            for cb in list(self.on_batch):
+            for cb in list(callbacks):
                 try:
                     await cb(batch)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     log.exception("listen callback failed")
-
-    async def _deliver_credentials_forever(self) -> None:
-        """Credential changes, on their own worker: everything queued so far as one batch."""
-        while True:
-            batch = [await self._credentials.get()]
-            while not self._credentials.empty() and len(batch) < 1000:
-                batch.append(self._credentials.get_nowait())
-            batch = [b for b in batch if b.get("endpoint_id")]
-            if not batch:
-                continue
-            for cb in list(self.on_credentials):
-                try:
-                    await cb(batch)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("credential callback failed")

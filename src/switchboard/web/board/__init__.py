@@ -64,6 +64,8 @@ def component(board: Board, runtime: Runtime) -> Component:
         board.core = runtime.core
         board.loop = asyncio.get_running_loop()
         unsubscribe.append(runtime.core.bus.subscribe_batch(hub.publish_many))
+        hub.origin = runtime.notes.origin
+        unsubscribe.append(runtime.listener.subscribe(on_live=hub.hear))
 
     async def stop() -> None:
         while unsubscribe:
