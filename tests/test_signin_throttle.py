@@ -22,7 +22,7 @@ from starlette.requests import Request
 
 from account_kit import client_from, login_token, try_sign_in
 from board_kit import PASSWORD
-from conftest import core_for, create_database, run_async, start_process_server
+from conftest import core_for, create_database, make_settings, run_async, start_process_server, start_thread_server
 from mcp_support import vend
 from switchboard.core import humans
 from switchboard.web.board import login
@@ -64,6 +64,42 @@ async def test_a_success_takes_back_its_count(board_server):
         for _ in range(PAIR_FREE_FAILURES - 1):  # the slate was clean again
             assert (await try_sign_in(client, human.name, "not-the-password")).status_code == 401
         assert (await try_sign_in(client, human.name)).status_code == 303
+
+
+async def test_the_counts_hold_across_processes_and_restarts(pg_server):
+    """Guesses spread over the serving processes behind a proxy, or a process restarted, buy no more
+    free failures: the counts are rows every process reads (D64), kept by the SHA-256 of their key."""
+    uri = create_database(pg_server)
+    first, second = start_thread_server(make_settings(uri)), start_thread_server(make_settings(uri))
+    try:
+        victim = await asyncio.to_thread(_add_human, uri, "spread")
+        answers = []
+        for i in range(PAIR_FREE_FAILURES + 3):  # alternately to each process, as a round robin sends them
+            async with client_from((first, second)[i % 2].url, "127.0.0.9") as client:
+                answers.append((await try_sign_in(client, victim, f"wrong-{i}")).status_code)
+        assert answers[:PAIR_FREE_FAILURES] == [401] * PAIR_FREE_FAILURES and 429 in answers, answers
+        first.stop()
+        first = start_thread_server(make_settings(uri))  # a restart forgets nothing
+        async with client_from(first.url, "127.0.0.9") as client:
+            assert (await try_sign_in(client, victim, PASSWORD)).status_code == 429
+        async with client_from(first.url, "127.0.0.10") as client:  # another address is not held up
+            assert (await try_sign_in(client, victim, PASSWORD)).status_code == 303
+        with psycopg.connect(uri) as conn:
+            keys = [bytes(r[0]) for r in conn.execute("SELECT key_hash FROM signin_failures").fetchall()]
+        assert keys and all(len(k) == 32 and victim.encode() not in k for k in keys)
+    finally:
+        first.stop()
+        second.stop()
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{psycopg.conninfo.conninfo_to_dict(uri)["dbname"]}" WITH (FORCE)')
+
+
+def _add_human(uri: str, prefix: str) -> str:
+    async def go():
+        async with core_for(uri) as core:
+            return (await humans.add(core, f"{prefix}{os.urandom(3).hex()}", PASSWORD)).name
+
+    return run_async(go())
 
 
 async def test_a_global_ceiling_bounds_password_checks(board_server):

@@ -15,6 +15,7 @@ most once a second per reason (`LoginThrottle.quiet`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -108,28 +109,28 @@ async def login_submit(request: Request) -> Response:
 async def check_password(board: Board, account: str, password: str, address: str | None):
     """(human or None, None) after a password check, or (None, (retry after, message)) when the
     throttle refuses to check it now. Used by sign-in and by the account page's password change."""
-    throttle = board.throttle
-    wait = throttle.wait_seconds(account, address)
+    throttle, core = board.throttle, board.core
+    wait = await throttle.attempt(core, account, address)  # counted before the check, so concurrent guesses see it
     if wait:
         _log_refusal(throttle, "sign-in throttled", "throttled", address)
         return None, (wait, f"Too many failed sign-ins for this account from this address. "
                             f"Try again in {wait} seconds.")
-    throttle.failed(account, address)  # counted before the check, so concurrent guesses see it
     busy = throttle.admit()
     if busy:
-        throttle.forgive(account, address)
+        await throttle.forgive(core, account, address)
         _log_refusal(throttle, "sign-in ceiling reached", "busy", address)
         return None, (busy, f"Too many sign-ins on this server right now. Try again in {busy} seconds.")
     try:
         async with throttle.verifying():
-            human = await humans.verify_password(board.core, account, password)
+            human = await humans.verify_password(core, account, password)
     except Exception:  # the database failed, not the guess: it does not count
-        throttle.forgive(account, address)
+        with contextlib.suppress(Exception):
+            await throttle.forgive(core, account, address)
         raise
     if human is not None:
-        throttle.succeeded(account, address)
+        await throttle.succeeded(core, account, address)
     else:
-        throttle.confirm_failure(account, address)
+        await throttle.confirm_failure(core, account, address)
     return human, None
 
 

@@ -17,8 +17,10 @@ Refused sign-ins are logged at most once a second per reason (`quiet`): the firs
 the ones after it counted into the next line, so a crowd of guesses writes a handful of lines instead
 of one per guess.
 
-The state is kept in this process's memory: a rate limit needs no durability, and with several
-serving processes each enforces its own limits (the ceiling multiplies by the number of processes).
+The per-key counts are kept in the database (core/signin_failures.py, D64), so every serving process
+and every restart enforces the same ones. The ceiling, the gate and the refusal log are this
+process's own: they guard its CPU and its log (with several processes the ceiling multiplies by their
+number).
 """
 
 from __future__ import annotations
@@ -28,30 +30,25 @@ import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+
+from ...core import signin_failures
+from ...core.models import Core
 
 PAIR_FREE_FAILURES = 5
 ADDRESS_FREE_FAILURES = 20
 MAX_WAIT_SECONDS = 300
 FORGET_AFTER_SECONDS = 900
+FORGET = max(FORGET_AFTER_SECONDS, MAX_WAIT_SECONDS)
 GLOBAL_RATE = 10.0
 GLOBAL_BURST = 20
 VERIFY_CONCURRENCY = 1
 REFUSAL_LOG_SECONDS = 1.0
-_MAX_KEYS = 50_000
-
-
-@dataclass
-class _Record:
-    failures: int
-    last: float
 
 
 class LoginThrottle:
     def __init__(self, clock=time.monotonic, *, rate: float = GLOBAL_RATE, burst: int = GLOBAL_BURST,
                  concurrency: int = VERIFY_CONCURRENCY) -> None:
         self._clock = clock
-        self._records: dict[str, _Record] = {}
         self._rate = rate
         self._burst = float(burst)
         self._tokens = float(burst)
@@ -69,64 +66,27 @@ class LoginThrottle:
         return [(f"pair:{account.lower()}\x00{where}", PAIR_FREE_FAILURES),
                 (f"address:{where}", ADDRESS_FREE_FAILURES)]
 
-    def _fresh(self, key: str) -> _Record | None:
-        rec = self._records.get(key)
-        if rec and self._clock() - rec.last > max(FORGET_AFTER_SECONDS, MAX_WAIT_SECONDS):
-            del self._records[key]
-            return None
-        return rec
+    async def attempt(self, core: Core, account: str, address: str | None) -> int:
+        """Judge an attempt with this account from this address: 0 when it may go ahead (counted as a
+        failure now, before the password is checked; `succeeded` takes it back), else the seconds to
+        wait (nothing counted)."""
+        return await signin_failures.attempt(core, self.keys(account, address), max_wait=MAX_WAIT_SECONDS,
+                                             forget=FORGET)
 
-    def wait_seconds(self, account: str, address: str | None) -> int:
-        """Seconds until the next attempt with this account from this address is allowed (0: go ahead)."""
-        wait = 0.0
-        for key, free in self.keys(account, address):
-            rec = self._fresh(key)
-            if rec is None or rec.failures < free:
-                continue
-            delay = min(2 ** (rec.failures - free), MAX_WAIT_SECONDS)
-            wait = max(wait, rec.last + delay - self._clock())
-        return max(0, math.ceil(wait))
-
-    def failed(self, account: str, address: str | None) -> None:
-        """Count an attempt as failed (called when it starts; `succeeded` takes it back)."""
-        now = self._clock()
-        if len(self._records) >= _MAX_KEYS:
-            self._records = {k: r for k, r in self._records.items() if now - r.last <= FORGET_AFTER_SECONDS}
-        for key, _ in self.keys(account, address):
-            rec = self._fresh(key)
-            if rec is None:
-                self._records[key] = _Record(1, now)
-            else:
-                rec.failures += 1
-                rec.last = now
-
-    def confirm_failure(self, account: str, address: str | None) -> None:
+    async def confirm_failure(self, core: Core, account: str, address: str | None) -> None:
         """The counted attempt's password was wrong: its wait runs from now, the end of the check."""
-        now = self._clock()
-        for key, _ in self.keys(account, address):
-            rec = self._records.get(key)
-            if rec is not None:
-                rec.last = max(rec.last, now)
+        await signin_failures.confirm(core, self.keys(account, address))
 
-    def forgive(self, account: str, address: str | None) -> None:
+    async def forgive(self, core: Core, account: str, address: str | None) -> None:
         """Take back one counted attempt whose password was never checked."""
-        for key, _ in self.keys(account, address):
-            rec = self._records.get(key)
-            if rec is not None:
-                rec.failures -= 1
-                if rec.failures <= 0:
-                    del self._records[key]
+        await signin_failures.forgive(core, self.keys(account, address))
 
-    def succeeded(self, account: str, address: str | None) -> None:
+    async def succeeded(self, core: Core, account: str, address: str | None) -> None:
         """The password was right: clear this account's count from this address, take back the
         address's count for this attempt."""
-        pair, address_key = (key for key, _ in self.keys(account, address))
-        self._records.pop(pair, None)
-        rec = self._records.get(address_key)
-        if rec is not None:
-            rec.failures -= 1
-            if rec.failures <= 0:
-                del self._records[address_key]
+        pair, address_key = self.keys(account, address)
+        await signin_failures.clear(core, pair)
+        await signin_failures.forgive(core, [address_key])
 
     # ------------------------------------------------------------------------ global ceiling
 

@@ -1,0 +1,59 @@
+"""Failed Board sign-ins, counted per throttle key in the database so that every serving process and
+every restart sees the same counts (docs/decisions.md D64; the policy is web/board/throttle.py's).
+
+A key is a text (an account and an address, or an address) with its number of free failures; only
+its SHA-256 is stored. Every call is one statement on its own.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+
+from .models import Core
+from .queries import Q
+from .secrets import sha256
+
+Key = tuple[str, int]  # (key text, free failures)
+
+
+def _hashes(keys: Sequence[Key]) -> list[bytes]:
+    return [sha256(text) for text, _ in keys]
+
+
+async def attempt(core: Core, keys: Sequence[Key], *, max_wait: int, forget: int) -> int:
+    """Judge and count an attempt in one transaction: 0 when it may go ahead (its failure is counted,
+    to be confirmed or taken back), else the seconds to wait (nothing counted). The keys' rows are
+    locked while judged, so concurrent attempts with one key are judged one after the other, each
+    seeing the others' counts."""
+    hashes = _hashes(keys)
+    async with core.pool.connection() as conn, conn.transaction():
+        await conn.execute(Q.signin_failures.ensure, {"hashes": hashes})
+        cur = await conn.execute(Q.signin_failures.judge, {
+            "hashes": hashes, "frees": [free for _, free in keys], "max_wait": max_wait, "forget": forget})
+        row = await cur.fetchone()
+        wait = max(0, int(row["seconds"])) if row else 0
+        if wait == 0:
+            await conn.execute(Q.signin_failures.count, {"hashes": hashes, "forget": forget})
+    if wait == 0 and secrets.randbelow(64) == 0:  # now and then, forget the keys long quiet
+        async with core.pool.connection() as conn:
+            await conn.execute(Q.signin_failures.prune, {"forget": forget})
+    return wait
+
+
+async def confirm(core: Core, keys: Sequence[Key]) -> None:
+    """The counted attempt failed: its wait runs from now."""
+    async with core.pool.connection() as conn:
+        await conn.execute(Q.signin_failures.confirm, {"hashes": _hashes(keys)})
+
+
+async def forgive(core: Core, keys: Sequence[Key]) -> None:
+    """Take one counted failure back from each key."""
+    async with core.pool.connection() as conn:
+        await conn.execute(Q.signin_failures.forgive, {"hashes": _hashes(keys)})
+
+
+async def clear(core: Core, key: Key) -> None:
+    """Forget a key's failures."""
+    async with core.pool.connection() as conn:
+        await conn.execute(Q.signin_failures.clear, {"hash": sha256(key[0])})
