@@ -65,6 +65,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route, request_response
 
+from ..config import is_loopback
 from ..core import endpoints, oauth
 from ..core.models import Core
 from ..runtime import Component, Runtime
@@ -95,10 +96,6 @@ def _client(row: dict) -> OAuthClientInformationFull:
     return OAuthClientInformationFull.model_validate({**row["metadata"], "client_id": row["client_id"]})
 
 
-def _loopback(host: str | None) -> bool:
-    return (host or "").strip("[]").lower() in ("localhost", "127.0.0.1", "::1")
-
-
 class SwitchboardProvider:
     """The SDK's `OAuthAuthorizationServerProvider`, over core/oauth.py."""
 
@@ -121,7 +118,8 @@ class SwitchboardProvider:
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         for uri in client_info.redirect_uris or []:
             parts = urlsplit(str(uri))
-            if parts.fragment or not (parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname))
+            loopback = parts.scheme == "http" and is_loopback((parts.hostname or "").lower())
+            if parts.fragment or not (parts.scheme == "https" or loopback
                                       or parts.scheme not in ("http", "https", "javascript", "data", "file")):
                 raise RegistrationError("invalid_redirect_uri",
                                         f"redirect_uri {str(uri)!r} must be https, http on a loopback address, "
