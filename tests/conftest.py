@@ -116,14 +116,28 @@ def pg_uri(pg_server) -> str:
     return create_database(pg_server)
 
 
+def drop_database(pg_server: str, uri: str) -> None:
+    """Drop the database `uri` names (its sessions ended first)."""
+    name = psycopg.conninfo.conninfo_to_dict(uri)["dbname"]
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def scratch_db(pg_server):
     """A fresh, unmigrated database for migration tests; dropped afterwards."""
     uri = create_database(pg_server, target=0)
     yield uri
-    name = psycopg.conninfo.conninfo_to_dict(uri)["dbname"]
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database(pg_server, uri)
+
+
+@pytest.fixture
+def fresh_db(pg_server):
+    """A fresh, migrated database of the test's own (for several serving processes on one database);
+    dropped afterwards."""
+    uri = create_database(pg_server)
+    yield uri
+    drop_database(pg_server, uri)
 
 
 def make_settings(pg_uri: str, **overrides) -> Settings:

@@ -15,28 +15,23 @@ import time
 import uuid
 
 import httpx
-import psycopg
 import pytest
 
 from account_kit import sign_in
 from board_kit import PASSWORD, BoardServer
-from conftest import create_database, make_settings, start_thread_server
+from conftest import make_settings, start_thread_server
 from switchboard.core import humans, live_notes, producer, teams, todos
 from switchboard.core.events import Event
 
 
 @pytest.fixture
-def two_processes(pg_server):
+def two_processes(fresh_db):
     """Two serving processes (uvicorn threads, each its own app, pool and LISTEN connection) on one
     database, each reachable for core calls on its own loop."""
-    uri = create_database(pg_server)
-    first, second = start_thread_server(make_settings(uri)), start_thread_server(make_settings(uri))
-    yield BoardServer(first, uri), BoardServer(second, uri)
+    first, second = start_thread_server(make_settings(fresh_db)), start_thread_server(make_settings(fresh_db))
+    yield BoardServer(first, fresh_db), BoardServer(second, fresh_db)
     first.stop()
     second.stop()
-    name = psycopg.conninfo.conninfo_to_dict(uri)["dbname"]
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class Watch:

@@ -15,19 +15,15 @@ import pytest
 
 from account_kit import csrf_of, sign_in
 from board_kit import PASSWORD
-from conftest import core_for, create_database, make_settings, run_async, start_thread_server
+from conftest import core_for, make_settings, run_async, start_thread_server
 from switchboard.core import endpoints, humans
 from switchboard.core.secrets import sha256
 from switchboard.web.board.reveal import Reveals
 
 
 @pytest.fixture
-def database(pg_server):
-    uri = create_database(pg_server)
-    yield uri
-    name = psycopg.conninfo.conninfo_to_dict(uri)["dbname"]
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def database(fresh_db):
+    return fresh_db
 
 
 @pytest.fixture

@@ -11,19 +11,15 @@ import pytest
 
 from account_kit import post_with_session, sign_in, signed_in_status
 from board_kit import PASSWORD
-from conftest import create_database, make_settings, run_async, start_thread_server
+from conftest import make_settings, run_async, start_thread_server
 from switchboard.core import api_tokens, humans
 from switchboard.core.secrets import sha256
 from switchboard.web.board.sessions import Sessions
 
 
 @pytest.fixture
-def database(pg_server):
-    uri = create_database(pg_server)
-    yield uri
-    name = psycopg.conninfo.conninfo_to_dict(uri)["dbname"]
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def database(fresh_db):
+    return fresh_db
 
 
 @pytest.fixture

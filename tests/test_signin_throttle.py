@@ -66,10 +66,10 @@ async def test_a_success_takes_back_its_count(board_server):
         assert (await try_sign_in(client, human.name)).status_code == 303
 
 
-async def test_the_counts_hold_across_processes_and_restarts(pg_server):
+async def test_the_counts_hold_across_processes_and_restarts(fresh_db):
     """Guesses spread over the serving processes behind a proxy, or a process restarted, buy no more
     free failures: the counts are rows every process reads (D64), kept by the SHA-256 of their key."""
-    uri = create_database(pg_server)
+    uri = fresh_db
     first, second = start_thread_server(make_settings(uri)), start_thread_server(make_settings(uri))
     try:
         victim = await asyncio.to_thread(_add_human, uri, "spread")
@@ -90,8 +90,6 @@ async def test_the_counts_hold_across_processes_and_restarts(pg_server):
     finally:
         first.stop()
         second.stop()
-        with psycopg.connect(pg_server, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{psycopg.conninfo.conninfo_to_dict(uri)["dbname"]}" WITH (FORCE)')
 
 
 def _add_human(uri: str, prefix: str) -> str:
