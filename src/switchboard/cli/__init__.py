@@ -201,6 +201,41 @@ def endpoint_show(slug: str, user: str | None = UserOpt, as_json: bool = JsonOpt
     emit(out, as_json, text)
 
 
+@endpoint_app.command("change")
+def endpoint_change(slug: str,
+                    expires_in: int | None = typer.Option(
+                        None, "--expires-in", metavar="SECONDS",
+                        help="Expire this many seconds from now (60 to 10 years); past it the sweep revokes it."),
+                    no_expiry: bool = typer.Option(False, "--no-expiry", help="Never expire."),
+                    lease_ttl: int | None = typer.Option(None, "--lease-ttl", metavar="SECONDS",
+                                                         help="Default lease of its claims, 60-86400 s."),
+                    server_lease: bool = typer.Option(False, "--server-lease",
+                                                      help="Its claims take the server's default lease."),
+                    user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
+    """Change when one of your active endpoints expires, or its default lease (its credential, queues
+    and verbs stay). What you leave out stays as it is; every serving process applies a new expiry at
+    once."""
+    fields: dict = {}
+    for value, cleared, key, names in ((expires_in, no_expiry, "expires_in_seconds", "--expires-in or --no-expiry"),
+                                       (lease_ttl, server_lease, "default_lease_ttl_seconds",
+                                        "--lease-ttl or --server-lease")):
+        if value is not None and cleared:
+            fail_usage(f"give {names}, not both", argument=key)
+        if value is not None or cleared:
+            fields[key] = value
+    if not fields:
+        fail_usage("nothing to change: give --expires-in, --no-expiry, --lease-ttl or --server-lease")
+    out = backend(user).endpoint_change(slug, **fields)
+
+    def text(o: dict) -> None:
+        e = o["endpoint"]
+        lease = e.get("default_lease_ttl_seconds")
+        typer.echo(f"endpoint {e['slug']} for agent {e['agent']}\n  expires: {e.get('expires_at') or 'never'}\n"
+                   f"  default lease: {f'{lease} s' if lease else 'the server default'}")
+
+    emit(out, as_json, text)
+
+
 @endpoint_app.command("revoke")
 def endpoint_revoke(slug: str, user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Revoke an endpoint: its credential stops working and its live todos become dead letters."""

@@ -140,6 +140,14 @@ class Local:
 
         return {"endpoint": self._with_url(run(work))}
 
+    def endpoint_change(self, slug: str, **fields: Any) -> dict:
+        from ..core import endpoint_terms
+
+        async def work(core):
+            return await endpoint_terms.change(core, await human(core, self.user), slug, **fields)
+
+        return {"endpoint": self._with_url(run(work))}
+
     def endpoint_revoke(self, slug: str) -> dict:
         from ..core import endpoints
 
@@ -589,6 +597,9 @@ class Remote:
 
     def endpoint_show(self, slug: str) -> dict:
         return self.api.get(f"/endpoints/{remote.seg(slug)}")
+
+    def endpoint_change(self, slug: str, **fields: Any) -> dict:
+        return self.api.call("PATCH", f"/endpoints/{remote.seg(slug)}", body=fields)
 
     def endpoint_revoke(self, slug: str) -> dict:
         return _without(self.api.post(f"/endpoints/{remote.seg(slug)}/revoke"), "mcp_url")
