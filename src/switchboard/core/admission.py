@@ -128,10 +128,12 @@ def as_executed(conn: AsyncConnection[DictRow], exc: psycopg.Error) -> Exception
 
 def verdict_error(exc: psycopg.DatabaseError, queues: list[str]) -> Exception:
     """What a verdict statement's failure means to the claim: a fast-path refusal, a claimer no longer
-    live (28000) and a cancellation stay what they are; anything else fails closed."""
+    live (28000), a cancellation and a lost connection (the surfaces' `unavailable`, retryable) stay
+    what they are; anything else fails closed."""
     if exc.sqlstate == REFUSED_SQLSTATE:
         return Refused()
-    if isinstance(exc, (psycopg.errors.QueryCanceled, psycopg.errors.InvalidAuthorizationSpecification)):
+    if isinstance(exc, (psycopg.errors.QueryCanceled, psycopg.errors.InvalidAuthorizationSpecification,
+                        psycopg.OperationalError)):
         return exc
     return Deferred(queue=queues[0] if len(queues) == 1 else ",".join(queues), reason="admission_unavailable")
 
