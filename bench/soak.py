@@ -20,7 +20,14 @@ What runs:
     agents, with a burst every 5 to 15 s; the credentials come from `switchboard token create --json`
     and `endpoint vend --json`;
   - a human cancelling random live todos (claimed or pending) through POST /api/v1/todos/{id}/cancel
-    while the agents work (--cancel-rate), each cancel and its answer logged.
+    while the agents work (--cancel-rate), each cancel and its answer logged;
+  - a team (`soakteam`: the owner `soak`, the admin `soak-b`, the member `soak-c`, each a human with
+    their own credentials) and its queue team:soakteam/soak under an admission policy (max_in_flight K
+    below the number of agents on it, and a daily claim budget never spent). The last third of the lanes
+    (at least two of four or more) are team lanes: endpoints granted that queue alone, vended in turn by
+    the member (granted by the owner), the admin and the owner. A share of the pushes goes to the team
+    queue through POST /api/v1/teams/soakteam/todos; an empty claim with `deferred` (the cap full) is
+    no error, the agent claims again after a short pause.
 
 Faults, one at a time at random intervals (each kind at least once, then at random):
   server_kill           SIGKILL of a serving process, restarted after a pause
@@ -34,6 +41,8 @@ Faults, one at a time at random intervals (each kind at least once, then at rand
                         the agents fetch the new credential; right after the command returns, a
                         fresh request with the revoked credential is sent to every process
   slow_clients          connections trickling a request head or body a byte at a time
+  member_remove         `team remove` of the member while their agents hold team leases; after a pause
+                        `team add` and the grants of their (same) endpoints again
 
 Then it drains (faults and pushes stop, the agents work the queues empty, finish what they hold and
 stop; the processes' sweeps reap what killed holders left, `switchboard sweep --once` as a last word)
@@ -51,8 +60,15 @@ and checks, exiting 1 on any violation:
   - a cancel acknowledged: the todo ends canceled, the attempt open then closed `canceled` by it, no
     attempt opened after it and no agent call about the todo accepted after it returned (an agent's
     report refused because of the cancel is no violation);
-  - counters equal the history (attempt counter, attempts_total, rows, done todos);
-  - no credential was accepted (a 2xx answer) on a request sent after its revocation returned.
+  - counters equal the history (attempt counter, attempts_total, rows, done todos; a team todo's
+    hand-back does not use up an attempt);
+  - no credential was accepted (a 2xx answer) on a request sent after its revocation returned;
+  - the team queue: its todos are checked as the endpoints' are (every attempt records the endpoint
+    that claimed it); an attempt ended `released` without its agent's release only inside a removal
+    of its lane's human; no call of the removed member's agents accepted between the removal's return
+    and the re-add, nor on a lease the removal handed back; leases in flight never above K (sampled
+    every 0.3 s while pushing, and rebuilt from the claims' answers to the attempts' ends); the
+    policy's units charged in the window equal the attempts opened on the queue.
 
 It prints a summary table: todos pushed/done, attempts by outcome and by what happened to the holder,
 faults by kind, claim latency (p50/p99/max) inside each fault's window and outside any, claims and
@@ -1271,6 +1287,10 @@ class Soak:
                     v.append(f"team todo {tid}: {o['tool']} by {c} accepted on the lease its removal handed "
                              f"back, sent {o['t0'] - rm.returned:.3f} s after the removal returned")
 
+        for c, claim in claims.items():  # the policy is readable all along: never `admission_unavailable`
+            if claim["r"] == "err:deferred":
+                v.append(f"claim {c} answered the error deferred (admission_unavailable), sent at {claim['t0']:.3f}; "
+                         f"the policy was readable all along (a lost connection is `unavailable`)")
         for key, rec in self.pushes.items():
             if rec["team"] and rec["state"] == "refused":
                 v.append(f"team push {key} refused (HTTP 400 or 404)")
