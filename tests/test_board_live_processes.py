@@ -155,5 +155,14 @@ def test_notes_fit_the_payload_limit_and_carry_ids_and_verbs_only():
     assert sorted(live_notes.decode(json.loads(named)).endpoints) == sorted(owners)
     crowd = live_notes.encode(origin, [_event(i, str(uuid.uuid4())) for i in range(1000)])
     assert live_notes.decode(json.loads(crowd)).everyone
+    # Gathered a publish at a time, as a process does: the owners of the todos listed so far stay named.
+    gathered = live_notes.Gathered()
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
+    gathered.add([_event(i, first) for i in range(30)])
+    assert gathered.listing and len(gathered.moved) == 30
+    gathered.add([_event(100 + i, second) for i in range(30)])
+    assert live_notes.decode(json.loads(gathered.note(origin))).endpoints == tuple(sorted((first, second)))
+    gathered.add([_event(1000 + i, str(uuid.uuid4())) for i in range(live_notes.MAX_OWNERS)])
+    assert live_notes.decode(json.loads(gathered.note(origin))).everyone
     for junk in ({}, {"o": 1}, {"o": "x", "m": [["a", "b"]]}, {"o": "x", "m": "no"}, {"o": "x", "ep": [1], "tm": []}):
         assert live_notes.decode(junk) is None
