@@ -206,6 +206,7 @@ class Soak:
         self.gens = 0
         self.revocations: list[Revocation] = []
         self.removals: list[Removal] = []
+        self.revoke_turn = self.rng.randrange(2)
         self.cap = 0  # the team queue's max_in_flight
         self.policy_set_at = 0.0
         self.push_targets: list[int | None] = []  # by push number: an endpoint lane's index, or None (the team)
@@ -669,7 +670,10 @@ class Soak:
         return f"postmaster {pid} stopped for {pause:.1f} s"
 
     async def fault_revoke(self) -> str:
-        index = self.rng.randrange(len(self.lanes))
+        # an endpoint lane and a team lane in turn (which first, at random): a team lane's revocation
+        # hands its team leases back (revoked, requeued), an endpoint lane's dead-letters its own todos
+        team = (len(self.revocations) + self.revoke_turn) % 2 == 1
+        index = self.rng.choice([lane.index for lane in self.lanes if lane.team == team])
         old = self.lanes[index]
         new = await self.vend(index, old.human, old.team)  # the replacement first: the agents move at once
         started = time.time()
