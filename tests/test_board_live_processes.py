@@ -19,7 +19,7 @@ import pytest
 
 from account_kit import sign_in
 from board_kit import PASSWORD, BoardServer
-from conftest import make_settings, start_thread_server
+from conftest import core_for, make_settings, start_thread_server
 from switchboard.core import humans, live_notes, producer, teams, todos
 from switchboard.core.events import Event
 
@@ -166,3 +166,25 @@ def test_notes_fit_the_payload_limit_and_carry_ids_and_verbs_only():
     assert live_notes.decode(json.loads(gathered.note(origin))).everyone
     for junk in ({}, {"o": 1}, {"o": "x", "m": [["a", "b"]]}, {"o": "x", "m": "no"}, {"o": "x", "ep": [1], "tm": []}):
         assert live_notes.decode(junk) is None
+
+
+async def test_a_process_stops_its_notes_promptly_even_when_the_database_does_not_answer(pg_uri):
+    """Closing the runtime never waits long on a note: with every pooled connection taken, the pending
+    note's wait for one is abandoned within the stop's bound; and when a connection arrives for it at
+    the moment of the stop (Python 3.11's wait_for then loses the cancellation), the loop still ends."""
+    async with core_for(pg_uri) as core:
+        for hand_back in (False, True):
+            sender = live_notes.NoteSender(core)
+            sender.start()
+            held = [await core.pool.getconn() for _ in range(core.pool.max_size)]
+            try:
+                await sender.collect([_event(1, str(uuid.uuid4()))])
+                await asyncio.sleep(live_notes.NOTE_SECONDS + 0.2)  # the note now waits for a connection
+                began = time.monotonic()
+                if hand_back:
+                    await core.pool.putconn(held.pop())  # its wait ends as the stop cancels it
+                await asyncio.wait_for(sender.stop(), 3 * live_notes.STOP_FLUSH_SECONDS)
+                assert time.monotonic() - began < 2 * live_notes.STOP_FLUSH_SECONDS + 1
+            finally:
+                for conn in held:
+                    await core.pool.putconn(conn)

@@ -16,6 +16,8 @@ from conftest import core_for, run_async
 from switchboard.core import api_tokens, humans
 
 cli_server, config_dirs = cli_twins.cli_server, cli_twins.config_dirs  # the fixtures
+# What differs between the two runs besides ids and times: the credential and the server's address.
+PATTERNS = ((r"sbk_[A-Za-z0-9_-]+", "<credential>"), (r"http://[^/\"]+/mcp/", "<base>/mcp/"))
 
 
 def _two_humans(uri: str) -> tuple[list[str], list[str]]:
@@ -69,8 +71,7 @@ def test_endpoint_change_locally_and_after_login_gives_the_same_output(cli_serve
     for remote in (False, True):
         names, tokens = _two_humans(uri)
         known = {names[0]: "<owner>", names[1]: "<other>"}
-        people = make_people(cli_server, config_dirs, names, tokens, known, remote=remote,
-                             patterns=((r"sbk_[A-Za-z0-9_-]+", "<credential>"), (r"http://[^/\"]+/mcp/", "<base>/mcp/")))
+        people = make_people(cli_server, config_dirs, names, tokens, known, remote=remote, patterns=PATTERNS)
         _script(people, uri)
         runs.append(people)
     for near, far in zip(*runs, strict=True):

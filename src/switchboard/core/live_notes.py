@@ -144,6 +144,7 @@ class NoteSender:
         self._gathered = Gathered()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     async def collect(self, events: Sequence[Event]) -> None:
         """Hook-bus batch subscriber (after commit)."""
@@ -151,7 +152,7 @@ class NoteSender:
         self._wake.set()
 
     async def _run(self) -> None:
-        while True:
+        while not self._closing:
             await self._wake.wait()
             await asyncio.sleep(NOTE_SECONDS)
             await self.flush()
@@ -171,11 +172,15 @@ class NoteSender:
             self._task = asyncio.create_task(self._run(), name="live-notes")
 
     async def stop(self) -> None:
+        """End the loop, then send what is left. Bounded: a database gone away does not hold up a
+        shutdown. (A cancellation can be lost inside the pool's wait on Python 3.11, when the
+        connection it waited for arrives at the same moment; the loop then ends at its next turn.)"""
+        self._closing = True
+        self._wake.set()
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await asyncio.wait({self._task}, timeout=STOP_FLUSH_SECONDS)
             self._task = None
-        with contextlib.suppress(TimeoutError):  # a database gone away does not hold up the shutdown
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(STOP_FLUSH_SECONDS):
                 await self.flush()
