@@ -123,6 +123,22 @@ def drop_database(pg_server: str, uri: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+async def terminate_lock_waiter(admin: psycopg.Connection, what: str, tries: int = 250) -> int:
+    """Wait until a backend of this database waits for a lock (the statement under test, blocked by a
+    row the test holds), then terminate it; its pid. `what` says which wait the test expected."""
+    pid = None
+    for _ in range(tries):
+        row = admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                            " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()").fetchone()
+        if row:
+            pid = row[0]
+            break
+        await asyncio.sleep(0.02)
+    assert pid is not None, f"{what} never waited for a lock"
+    admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+    return pid
+
+
 @pytest.fixture
 def scratch_db(pg_server):
     """A fresh, unmigrated database for migration tests; dropped afterwards."""

@@ -16,7 +16,7 @@ import json
 import psycopg
 import pytest
 
-from conftest import clean_database, core_for
+from conftest import clean_database, core_for, terminate_lock_waiter
 from switchboard.core import admission
 from switchboard.mcp import tools
 from team_world import make_fleet
@@ -37,16 +37,7 @@ async def test_a_claim_cut_while_it_waits_for_the_admission_lock_answers_unavail
             locker.execute("SELECT s.shard FROM admission_shards s JOIN admission_policies p ON p.id = s.policy_id"
                            " WHERE p.queue = %s FOR UPDATE OF s", (f.label,))
             call = asyncio.create_task(tools.call(core, caller, tools.TOOLS["claim_next"], args))
-            pid = None
-            for _ in range(250):
-                row = admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()").fetchone()
-                if row:
-                    pid = row[0]
-                    break
-                await asyncio.sleep(0.02)
-            assert pid is not None, "the claim never waited for a shard of the policy"
-            admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+            await terminate_lock_waiter(admin, "the claim (for a shard of the policy)")
             outcome = await asyncio.wait_for(call, 10)
             locker.rollback()
         body = json.loads(outcome.result["content"][0]["text"])

@@ -15,7 +15,7 @@ import httpx
 import psycopg
 import pytest
 
-from conftest import make_settings, start_thread_server
+from conftest import make_settings, start_thread_server, terminate_lock_waiter
 from mcp_support import ACCEPT, vend
 
 
@@ -37,16 +37,7 @@ async def test_a_credential_lookup_whose_connection_is_cut_answers_503_unavailab
             # Hold the endpoint's row: the lookup's `last_used_at` touch waits on it; then cut that backend.
             locker.execute("SELECT id FROM endpoints WHERE slug = %s FOR UPDATE", (a.slug,))
             request = asyncio.create_task(http.post(a.url(server.url), content=json.dumps(init), headers=headers))
-            pid = None
-            for _ in range(250):
-                row = admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()").fetchone()
-                if row:
-                    pid = row[0]
-                    break
-                await asyncio.sleep(0.02)
-            assert pid is not None, "the credential lookup never waited on the endpoint's row"
-            admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+            await terminate_lock_waiter(admin, "the credential lookup (on the endpoint's row)")
             r = await asyncio.wait_for(request, 15)
             locker.rollback()
         assert r.status_code == 503, (r.status_code, r.text[:200])

@@ -9,7 +9,7 @@ import uuid
 
 import psycopg
 
-from conftest import clean_database, core_for
+from conftest import clean_database, core_for, terminate_lock_waiter
 from switchboard.core import endpoints, humans, todos
 from switchboard.mcp import tools
 
@@ -25,16 +25,7 @@ async def test_a_call_whose_backend_is_terminated_answers_unavailable(pg_uri):
             # Hold the todo's row so the claim's statement waits on it, then kill the waiting backend.
             locker.execute("SELECT id FROM todos WHERE id = %s FOR UPDATE", (todo["id"],))
             call = asyncio.create_task(tools.call(core, caller, tools.TOOLS["claim"], {"id": todo["id"]}))
-            pid = None
-            for _ in range(200):
-                row = admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()").fetchone()
-                if row:
-                    pid = row[0]
-                    break
-                await asyncio.sleep(0.02)
-            assert pid is not None, "the claim never waited on the row lock"
-            admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+            await terminate_lock_waiter(admin, "the claim (on the todo's row)")
             outcome = await asyncio.wait_for(call, 10)
             locker.rollback()
         assert outcome.outcome == "unavailable"
