@@ -137,23 +137,29 @@ def _event(i: int, endpoint_id: str = "", team_id: str = "", verb: str = "comple
     return Event(verb=verb, todo={"id": str(uuid.UUID(int=i))}, endpoint_id=endpoint_id, queue="q", team_id=team_id)
 
 
+def _note(origin: str, events: list[Event]) -> str:
+    gathered = live_notes.Gathered()
+    gathered.add(events)
+    return gathered.note(origin)
+
+
 def test_notes_fit_the_payload_limit_and_carry_ids_and_verbs_only():
     origin = uuid.uuid4().hex[:16]
     ep = str(uuid.uuid4())
     # Each todo's last verb, in the order of the last moves.
-    listed = live_notes.encode(origin, [_event(1, ep, verb="claim"), _event(2, ep, verb="claim"),
+    listed = _note(origin, [_event(1, ep, verb="claim"), _event(2, ep, verb="claim"),
                                         _event(1, ep, verb="complete")])
     note = live_notes.decode(json.loads(listed))
     assert [(m.todo_id, m.verb) for m in note.moved] == [(str(uuid.UUID(int=2)), "claim"),
                                                           (str(uuid.UUID(int=1)), "complete")]
-    full = live_notes.encode(origin, [_event(i, str(uuid.uuid4()), team_id="", verb="request_input")
+    full = _note(origin, [_event(i, str(uuid.uuid4()), team_id="", verb="request_input")
                                       for i in range(live_notes.MAX_TODOS)])
     assert len(full.encode()) < 8000 and len(live_notes.decode(json.loads(full)).moved) == live_notes.MAX_TODOS
     owners = [str(uuid.uuid4()) for _ in range(live_notes.MAX_OWNERS)]
-    named = live_notes.encode(origin, [_event(i, owners[i % len(owners)]) for i in range(1000)])
+    named = _note(origin, [_event(i, owners[i % len(owners)]) for i in range(1000)])
     assert len(named.encode()) < 8000
     assert sorted(live_notes.decode(json.loads(named)).endpoints) == sorted(owners)
-    crowd = live_notes.encode(origin, [_event(i, str(uuid.uuid4())) for i in range(1000)])
+    crowd = _note(origin, [_event(i, str(uuid.uuid4())) for i in range(1000)])
     assert live_notes.decode(json.loads(crowd)).everyone
     # Gathered a publish at a time, as a process does: the owners of the todos listed so far stay named.
     gathered = live_notes.Gathered()

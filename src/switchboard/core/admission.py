@@ -132,8 +132,7 @@ def verdict_error(exc: psycopg.DatabaseError, queues: list[str]) -> Exception:
     what they are; anything else fails closed."""
     if exc.sqlstate == REFUSED_SQLSTATE:
         return Refused()
-    if isinstance(exc, (psycopg.errors.QueryCanceled, psycopg.errors.InvalidAuthorizationSpecification,
-                        psycopg.OperationalError)):
+    if isinstance(exc, (*PASSED_ON, psycopg.OperationalError)):
         return exc
     return Deferred(queue=queues[0] if len(queues) == 1 else ",".join(queues), reason="admission_unavailable")
 

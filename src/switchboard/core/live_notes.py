@@ -103,15 +103,8 @@ class Gathered:
         return json.dumps(body, separators=(",", ":"))
 
 
-def encode(origin: str, events: Sequence[Event]) -> str:
-    """The note for these events (the last verb of each todo)."""
-    gathered = Gathered()
-    gathered.add(events)
-    return gathered.note(origin)
-
-
 def decode(data: dict[str, Any]) -> Note | None:
-    """A note as `encode` made it (already parsed from JSON); None for anything else."""
+    """A note as `Gathered.note` made it (already parsed from JSON); None for anything else."""
     origin = data.get("o")
     if not isinstance(origin, str):
         return None

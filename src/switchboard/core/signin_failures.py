@@ -53,7 +53,7 @@ async def forgive(core: Core, keys: Sequence[Key]) -> None:
         await conn.execute(Q.signin_failures.forgive, {"hashes": _hashes(keys)})
 
 
-async def clear(core: Core, key: Key) -> None:
-    """Forget a key's failures."""
+async def succeed(core: Core, pair: Key, address: Key) -> None:
+    """The password was right: forget the pair's failures and take the address's count back."""
     async with core.pool.connection() as conn:
-        await conn.execute(Q.signin_failures.clear, {"hash": sha256(key[0])})
+        await conn.execute(Q.signin_failures.succeed, {"pair": sha256(pair[0]), "address": sha256(address[0])})

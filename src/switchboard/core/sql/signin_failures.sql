@@ -41,8 +41,11 @@ UPDATE signin_failures SET last_at = greatest(last_at, now()) WHERE key_hash = A
 -- address's count of an attempt that succeeded).
 UPDATE signin_failures SET failures = failures - 1 WHERE key_hash = ANY(%(hashes)s::bytea[]) AND failures > 0
 
--- name: clear
-DELETE FROM signin_failures WHERE key_hash = %(hash)s
+-- name: succeed
+-- The password was right: the (account, address) key is forgotten, the address's key takes back
+-- this attempt's count.
+WITH forgotten AS (DELETE FROM signin_failures WHERE key_hash = %(pair)s)
+UPDATE signin_failures SET failures = failures - 1 WHERE key_hash = %(address)s AND failures > 0
 
 -- name: prune
 DELETE FROM signin_failures WHERE failures <= 0 OR last_at < now() - make_interval(secs => %(forget)s)

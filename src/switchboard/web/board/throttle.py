@@ -84,9 +84,7 @@ class LoginThrottle:
     async def succeeded(self, core: Core, account: str, address: str | None) -> None:
         """The password was right: clear this account's count from this address, take back the
         address's count for this attempt."""
-        pair, address_key = self.keys(account, address)
-        await signin_failures.clear(core, pair)
-        await signin_failures.forgive(core, [address_key])
+        await signin_failures.succeed(core, *self.keys(account, address))
 
     # ------------------------------------------------------------------------ global ceiling
 
