@@ -51,7 +51,7 @@ the last two cut parts of it out to show what the rest costs:
 
 With --team-levers four more, about the team path:
 
-  team-nolock          `team` with the claim statement's share locks on the grant and endpoint rows
+  team-nolock          `team` with the claim statements' share locks on the grant and endpoint rows
                        removed (what the locks that make removal and revocation safe cost)
   team-policy-generic  `team-policy` from a second pool whose sessions run with plan_cache_mode =
                        force_generic_plan (what planning the admission verdict's query on every call
@@ -131,6 +131,7 @@ TEAM_LEVERS = {"team-nolock": NOLOCK_QUEUE, "team-policy-generic": GENERIC_QUEUE
 POLICED = {"team-policy", "team-policy-generic", *ADMISSION_LEVERS}
 MIGRATIONS = Path(__file__).resolve().parent.parent / "src" / "switchboard" / "db" / "migrations"
 LOCKS = " FOR SHARE OF g, e"
+GROUP_LOCKS = "\nFOR SHARE OF g, e"
 ENDPOINTS = 20
 MEMBERS = 3
 LEASE_TTL = 1800
@@ -459,7 +460,8 @@ def variants(bench: Bench) -> list[Variant]:
             return gather([team_worker(bench.queues[key], i, w, deadline) for i in range(w)])
         return run
 
-    nolock = _Overlay("todos", {"claim_next_team_one": Q.todos.claim_next_team_one.replace(LOCKS, "")})
+    nolock = _Overlay("todos", {"claim_next_team_one": Q.todos.claim_next_team_one.replace(LOCKS, ""),
+                                "claim_next_team_group": Q.todos.claim_next_team_group.replace(GROUP_LOCKS, "")})
 
     def run_nolock(w: int, deadline: float):
         async def go():
@@ -499,7 +501,7 @@ def variants(bench: Bench) -> list[Variant]:
                 Variant("team-policy-barelock", run_swapped("team-policy-barelock", bare_lock)),
                 Variant("team-policy-selectonly", run_swapped("team-policy-selectonly", select_only))]
     if "team-nolock" in bench.queues:
-        if LOCKS not in Q.todos.claim_next_team_one:
+        if LOCKS not in Q.todos.claim_next_team_one or GROUP_LOCKS not in Q.todos.claim_next_team_group:
             raise SystemExit("bench: the core's claim_next_team_one no longer locks as team-nolock expects; update it")
         out += [Variant("team-nolock", run_nolock), Variant("team-policy-generic", run_team("team-policy-generic")),
                 Variant("team-parsecache", run_parsecache), Variant("team-generic", run_team("team-generic"))]

@@ -390,9 +390,15 @@ unnest(%(claimers)s::uuid[], %(owners)s::text[], %(sessions)s::text[], %(claiman
 -- reports (nothing, or the endpoint's refusal). `cand`: the oldest claimable todos, at most one per
 -- claim that reaches the queue, each unassigned or assigned to one of their owners. `mine`: each
 -- assigned todo paired with a claim of its assignee (the k-th todo of an owner with the k-th claim of
--- that owner). `t`: those pairs, then the unassigned todos, oldest first, paired with the claims left
--- in their order. A todo paired with no claim stays as it was; a claim paired with no todo is
--- answered alone.
+-- that owner). `t`: those pairs, then the unassigned todos, oldest first (`free`), paired with the
+-- claims left in their order: the k-th claim takes the k-th element of free's arrays. A todo paired
+-- with no claim stays as it was; a claim paired with no todo is answered alone.
+-- Every step is done once, whatever the planner expects: it takes `reach` for one row (its estimate
+-- of a locked join of an unnest) and so joins by nested loops, and with the numbering inlined and the
+-- pairs joined back to `cand` and `reach` it sorted and numbered all the candidates once per claim
+-- and compared every pair: 2.3 of a 20-claim statement's 3.2 ms, 209,328 rows for 40 claims
+-- (tests/test_plan_cache.py; docs/benchmarks.md, "Team queues and admission"). `assigned` and
+-- `free` are MATERIALIZED for that, and `free` is one row of arrays read by position, not joined.
 , reach AS (
     SELECT i.*, g.team_id FROM items i
       JOIN team_grants g ON g.endpoint_id = i.claimer AND g.queue = %(queue)s
@@ -406,24 +412,28 @@ unnest(%(claimers)s::uuid[], %(owners)s::text[], %(sessions)s::text[], %(claiman
            LATERAL ({{claim_team_batch_arms}}) x
      ORDER BY x.created_at
      LIMIT (SELECT count(*) FROM reach)
+), assigned AS MATERIALIZED (
+    SELECT id, assignee, row_number() OVER (PARTITION BY assignee ORDER BY created_at, id) AS k
+      FROM cand WHERE assignee IS NOT NULL
 ), mine AS (
     SELECT c.id, r.i
-      FROM (SELECT id, assignee, row_number() OVER (PARTITION BY assignee ORDER BY created_at, id) AS k
-              FROM cand WHERE assignee IS NOT NULL) c
+      FROM assigned c
       JOIN (SELECT i, owner, row_number() OVER (PARTITION BY owner ORDER BY i) AS k FROM reach) r
         ON r.owner = c.assignee AND r.k = c.k
+), free AS MATERIALIZED (
+    SELECT array_agg(id ORDER BY created_at, id) AS ids, array_agg(state ORDER BY created_at, id) AS states,
+           array_agg(attempts_total ORDER BY created_at, id) AS totals
+      FROM cand WHERE assignee IS NULL
 ), t AS (
     SELECT c.id, c.state AS prior_state, c.attempts_total AS prior_total, r.i::int AS i, r.claimer, r.owner,
            r.session, r.claimant, r.token_hash
-      FROM (SELECT id, i FROM mine
-            UNION ALL
-            SELECT f.id, o.i
-              FROM (SELECT id, row_number() OVER (ORDER BY created_at, id) AS k FROM cand
-                     WHERE assignee IS NULL) f
-              JOIN (SELECT i, row_number() OVER (ORDER BY i) AS k FROM reach
-                     WHERE i NOT IN (SELECT i FROM mine)) o ON o.k = f.k) p
-      JOIN cand c ON c.id = p.id
-      JOIN reach r ON r.i = p.i
+      FROM mine p JOIN cand c ON c.id = p.id JOIN reach r ON r.i = p.i
+    UNION ALL
+    SELECT f.ids[w.k], f.states[w.k], f.totals[w.k], w.i::int, w.claimer, w.owner, w.session, w.claimant,
+           w.token_hash
+      FROM (SELECT r.*, row_number() OVER (ORDER BY r.i) AS k FROM reach r
+             WHERE r.i NOT IN (SELECT i FROM mine)) w, free f
+     WHERE w.k <= cardinality(f.ids)
 )
 
 -- name: held_batch
