@@ -20,10 +20,10 @@ from psycopg.rows import dict_row
 
 from conftest import core_for, create_database
 from core_world import make_world, sql
-from team_world import make_fleet
 from switchboard.core import producer, todos
 from switchboard.core.models import scope_params
 from switchboard.core.queries import Q
+from team_world import make_fleet
 
 RUNS = 15  # psycopg prepares a statement once it ran 5 times; PostgreSQL plans the first 5 executions for their values
 
@@ -222,8 +222,9 @@ async def test_a_fleet_group_claim_does_work_in_proportion_to_its_claims(fresh, 
     await producer.push_team_many(core, fleet.humans[0], fleet.slug,
                                   [{"title": f"t{i}", "queue": fleet.label} for i in range(400)])
     await sql(core, "INSERT INTO endpoints (id, agent_id, slug, credential_hash, credential_prefix, scope_verbs,"
-              " scope_queues, state) SELECT gen_random_uuid(), agent_id, slug || '-' || n, sha256(credential_hash || int4send(n)),"
-              " credential_prefix, scope_verbs, scope_queues, state FROM endpoints, generate_series(1, %s) n", (others // 40,))
+              " scope_queues, state) SELECT gen_random_uuid(), agent_id, slug || '-' || n,"
+              " sha256(credential_hash || int4send(n)), credential_prefix, scope_verbs, scope_queues, state"
+              " FROM endpoints, generate_series(1, %s) n", (others // 40,))
     if analysed:
         await sql(core, "ANALYZE")
     claims = [todos.FleetClaim(ep, fleet.label, todos._claim_params(core, ep, None, None, None)[0], None)

@@ -64,6 +64,7 @@ class Surfaces:
     a2ui: mcp_a2ui.A2uiResources | None
     doorbell: mcp_doorbell.Doorbell
     board: Board
+    api_limiter: web_api.TokenLimiter
     sinks: web_sinks.SinkSender | None = None
 
 
@@ -91,8 +92,10 @@ def compose(runtime: Runtime) -> tuple[Surfaces, list[Component]]:
     intake = _build("intake", lambda: web_intake_hook.IntakeReceiver(runtime, registry=metrics.metrics.registry))
     if mcp.gateway.sessions_cap is not None:
         metrics.metrics.registry.register(mcp.gateway.sessions_cap)  # live MCP sessions, evictions
+    settings = runtime.settings
+    api_limiter = web_api.TokenLimiter(settings.api_rate_limit_per_minute, settings.api_rate_limit_burst)
     surfaces = Surfaces(metrics=metrics, hooks=hooks, mcp=mcp, a2ui=a2ui, doorbell=doorbell, board=board,
-                        sinks=sinks)
+                        api_limiter=api_limiter, sinks=sinks)
     components = [
         web_metrics.component(metrics),
         web_hooks.component(hooks),

@@ -22,11 +22,11 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...runtime import Component
-from .kit import STATUS, ApiError, handle
+from .kit import STATUS, ApiError, TokenLimiter, handle
 from .openapi import STYLE, document_bytes, page_bytes
 from .routes import OPERATIONS, endpoint_for
 
-__all__ = ["component", "ApiError", "STATUS", "OPERATIONS"]
+__all__ = ["component", "ApiError", "STATUS", "OPERATIONS", "TokenLimiter"]
 
 PREFIX = "/api/v1/"
 _PLAIN = {404: ("not_found", "no such route"), 405: ("method_not_allowed", "method not allowed on this route")}

@@ -79,12 +79,8 @@ class TokenLimiter:
 
 
 def limiter(request: Request) -> TokenLimiter:
-    state = request.app.state
-    found = getattr(state, "api_limiter", None)
-    if found is None:
-        settings = state.ctx.settings
-        found = state.api_limiter = TokenLimiter(settings.api_rate_limit_per_minute, settings.api_rate_limit_burst)
-    return found
+    """This process's limiter, built with the app (web/app.py `compose`): per process, as documented."""
+    return request.app.state.surfaces.api_limiter
 
 
 # ------------------------------------------------------------------------------------ the caller
