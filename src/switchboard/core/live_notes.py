@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..db.listen import LIVE_CHANNEL
+from ..stopping import stop_task
 from .events import Event
 from .models import Core
 from .queries import Q
@@ -167,13 +168,12 @@ class NoteSender:
     async def stop(self) -> None:
         """End the loop, then send what is left. Bounded: a database gone away does not hold up a
         shutdown. (A cancellation can be lost inside the pool's wait on Python 3.11, when the
-        connection it waited for arrives at the same moment; the loop then ends at its next turn.)"""
+        connection it waited for arrives at the same moment: the loop then ends at its next turn,
+        and stop_task cancels again meanwhile.)"""
         self._closing = True
         self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.wait({self._task}, timeout=STOP_FLUSH_SECONDS)
-            self._task = None
+        await stop_task(self._task, within=STOP_FLUSH_SECONDS)
+        self._task = None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(STOP_FLUSH_SECONDS):
                 await self.flush()

@@ -27,13 +27,14 @@ built.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
 
 import psycopg
+
+from ..stopping import stop_tasks
 
 log = logging.getLogger("switchboard.listen")
 
@@ -104,11 +105,7 @@ class ReadyListener:
                 self._deliver_forever(self._live, self.on_live, lambda b: b.get("o")), name="listen-live")
 
     async def stop(self) -> None:
-        for task in (self._task, self._worker, self._credential_worker, self._live_worker):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await stop_tasks(self._task, self._worker, self._credential_worker, self._live_worker)
         self._task = self._worker = self._credential_worker = self._live_worker = None
         self.connected.clear()
 

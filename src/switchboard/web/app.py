@@ -33,6 +33,7 @@ from ..mcp import apps as mcp_apps
 from ..mcp import doorbell as mcp_doorbell
 from ..mcp import server as mcp_server
 from ..runtime import Component, Runtime, open_runtime
+from ..stopping import stop_task
 from . import api as web_api
 from . import board as web_board
 from . import hooks as web_hooks
@@ -142,10 +143,7 @@ def create_app(settings: Settings, *, on_ready: Callable[[Runtime], None] | None
                 yield
             finally:
                 stop.set()
-                if sweeper:
-                    sweeper.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await sweeper
+                await stop_task(sweeper)
                 for part in reversed(started):
                     if part.stop:
                         try:

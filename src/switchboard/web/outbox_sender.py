@@ -24,6 +24,7 @@ import httpx
 
 from ..core.events import Event
 from ..runtime import Runtime
+from ..stopping import stop_task, stop_tasks
 from . import outbound
 
 MIN_PUMP_INTERVAL = 0.05  # seconds between two outbox scans
@@ -91,14 +92,8 @@ class OutboxSender:
             self._unsubscribe()
         self._stopping = True
         self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        for job in list(self._jobs):
-            job.cancel()
-        if self._jobs:
-            await asyncio.gather(*self._jobs, return_exceptions=True)
+        await stop_task(self._task)
+        await stop_tasks(*self._jobs)
         if self._client is not None:
             await self._client.aclose()
 
