@@ -1,7 +1,7 @@
 """The layers, read from the source: no module imports a higher layer, not even lazily inside a
 function or under `TYPE_CHECKING`; the composition root builds its surfaces with plain imports.
 
-Bottom to top: `config`/`logs`/`hostnames`, then `db` (where the database is, the pool, LISTEN), `core` (the
+Bottom to top: `config`/`logs`/`hostnames`/`stopping`, then `db` (where the database is, the pool, LISTEN), `core` (the
 rules; no surface), `runtime` (opens the database and the core; owns `Component`), then the surfaces
 `mcp` (agents), `web` (HTTP: the Board, the APIs, metrics, hooks; `web/app.py` composes everything),
 `cli` and `relay`. docs/architecture.md draws the same picture.
@@ -21,6 +21,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "config": ("db", "core", "runtime", *SURFACES),
     "logs": ("db", "core", "runtime", *SURFACES),
     "hostnames": ("db", "core", "runtime", *SURFACES),
+    "stopping": ("db", "core", "runtime", *SURFACES),
     "db": ("core", "runtime", *SURFACES),
     "core": ("runtime", *SURFACES),
     "runtime": SURFACES,
