@@ -249,7 +249,7 @@ async def test_hooks_add_list_deliveries_enable_remove(core, server):
     if any(op.name == "hook_enable" for op in OPERATIONS):
         assert api.post(f"/endpoints/{agent.slug}/hooks/{hook['hook_id']}/enable").json()["hook"]["enabled"] is True
     r = api.call("DELETE", f"/endpoints/{agent.slug}/hooks/{hook['hook_id']}")
-    assert r.status_code == 200 and r.json()["removed"]["hook_id"] == hook["hook_id"]
+    assert r.status_code == 200 and r.json()["removed"]["hook_id"] == hook["hook_id"], r.text
     assert api.get(f"/endpoints/{agent.slug}/hooks").json()["hooks"] == []
     assert api.call("DELETE", f"/endpoints/{agent.slug}/hooks/{hook['hook_id']}").status_code == 404
 
