@@ -346,3 +346,52 @@ async def test_a_group_larger_than_its_policy_takes_at_once_goes_as_several_stat
                             " ON p.id = s.policy_id WHERE p.queue = %s", (f.label,))
     assert row["n"] == 18
     assert await check(core) == []
+
+
+async def test_random_groups_pair_every_claim_with_a_todo_it_may_take(core):
+    """Rounds of random groups over a queue holding todos assigned at random (to agents in the group,
+    out of it, or to nobody): every call gets a todo while one it may take is left; nobody gets a todo
+    assigned to someone else; no todo goes twice; what a group takes through the statement is the
+    oldest of what it may take (the pairing is numbered and zipped by position: fragments.sql
+    `team_group_search`)."""
+    import random
+
+    rng = random.Random(20261205)
+    f = await make_fleet(core, endpoints=0)
+    callers = await fleet_callers(f, 8)
+    outsider = (await fleet_callers(f, 1))[0]
+    owners = [c.owner for c in callers]
+    together = alone = 0
+    for _ in range(12):
+        for k in range(rng.randint(0, 12)):
+            pick = rng.random()
+            assignee = (rng.choice(owners) if pick < 0.3 else outsider.owner if pick < 0.4 else None)
+            await f.push(f"r{k}", assignee=assignee)
+        group = rng.sample(callers, rng.randint(2, len(callers)))
+        before = await sql(core, "SELECT id, assignee, created_at FROM todos WHERE queue = %s AND state = 'pending'"
+                                 " ORDER BY created_at, id", (f.label,))
+        got = await asyncio.gather(*(todos.claim_next(core, c) for c in group))
+        taken = [g.todo["id"] for g in got if g is not None]
+        assert len(taken) == len(set(taken))
+        by_id = {r["id"]: r for r in before}
+        for c, g in zip(group, got, strict=True):
+            if g is not None:
+                assert by_id[g.todo["id"]]["assignee"] in (None, c.owner)
+        for c, g in zip(group, got, strict=True):  # nobody left empty-handed while a todo it may take waits
+            if g is None:
+                left = [r for r in before if r["id"] not in taken and r["assignee"] in (None, c.owner)]
+                assert left == [], (c.owner, left)
+        mayfree = [r["id"] for r in before if r["assignee"] is None]
+        free_taken = [i for i in taken if by_id[i]["assignee"] is None]
+        assert sorted(free_taken, key=mayfree.index) == mayfree[:len(free_taken)]  # the oldest free ones
+        stamps = collections.Counter((await claimed_at_by_todo(core, taken)).values())
+        shared = max(stamps.values(), default=0)
+        together += shared if shared > 1 else 0
+        alone += len(taken) - (shared if shared > 1 else 0)
+        for c, g in zip(group, got, strict=True):
+            if g is not None:
+                await todos.complete(core, c, g.todo["id"])
+    # Most went through the group statement: a statement that failed would send every call alone,
+    # which answers each call correctly too, and so would hide a broken pairing from the checks above.
+    assert together > 2 * alone, (together, alone)
+    assert await check(core) == []
