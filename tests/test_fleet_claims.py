@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import random
 
 import pytest
 
@@ -354,8 +355,6 @@ async def test_random_groups_pair_every_claim_with_a_todo_it_may_take(core):
     assigned to someone else; no todo goes twice; what a group takes through the statement is the
     oldest of what it may take (the pairing is numbered and zipped by position: fragments.sql
     `team_group_search`)."""
-    import random
-
     rng = random.Random(20261205)
     f = await make_fleet(core, endpoints=0)
     callers = await fleet_callers(f, 8)
