@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 import uuid
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,14 +60,21 @@ def pg_server(tmp_path_factory):
     if url:
         yield url
         return
+    with throwaway_pg("switchboard-test-pg-") as server:
+        yield server.uri
+
+
+@contextmanager
+def throwaway_pg(prefix: str):
+    """An embedded PostgreSQL server of a test's own: freezing or stopping it touches no other test.
+    Not under pytest's basetemp: as root the server runs as another system user that must traverse
+    the path, and every pytest session that starts resets /tmp/pytest-of-<user> to mode 0700."""
     from switchboard.db import embedded
 
-    # Not under pytest's basetemp: as root the server runs as another system user that must traverse
-    # the path, and every pytest session that starts resets /tmp/pytest-of-<user> to mode 0700.
-    data = Path(tempfile.mkdtemp(prefix="switchboard-test-pg-"))
+    data = Path(tempfile.mkdtemp(prefix=prefix))
     server = embedded.start(data)
     try:
-        yield server.uri
+        yield server
     finally:
         server.release()
         shutil.rmtree(data, ignore_errors=True)

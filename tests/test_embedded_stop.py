@@ -9,27 +9,20 @@ in bounded time, saying the server is left running.
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
 
+from conftest import throwaway_pg
 from switchboard.db import embedded
 from test_hardening_database import Frozen
 
 
 @pytest.fixture
 def own_server():
-    data = Path(tempfile.mkdtemp(prefix="switchboard-test-stop-pg-"))
-    server = embedded.start(data)
-    try:
+    with throwaway_pg("switchboard-test-stop-pg-") as server:
         yield server
-    finally:
-        server.release()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def test_a_stalled_server_is_given_up_on_in_bounded_time_and_said_so(own_server, monkeypatch, caplog):

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,9 +17,8 @@ import httpx
 import psycopg
 import pytest
 
-from conftest import core_for, create_database, make_settings, start_thread_server
+from conftest import core_for, create_database, make_settings, start_thread_server, throwaway_pg
 from mcp_support import Raw, push, vend
-from switchboard.db import embedded
 from switchboard.db.pool import CLIENT_MARGIN_SECONDS, DatabaseTimeout, open_pool
 
 STATEMENT_TIMEOUT = 1.0
@@ -30,13 +27,8 @@ STATEMENT_TIMEOUT = 1.0
 @pytest.fixture(scope="module")
 def own_pg():
     """A PostgreSQL server for this module alone: freezing it touches no other test."""
-    data = Path(tempfile.mkdtemp(prefix="switchboard-test-frozen-pg-"))
-    server = embedded.start(data)
-    try:
+    with throwaway_pg("switchboard-test-frozen-pg-") as server:
         yield server
-    finally:
-        server.release()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def _server_pids(pgdata: Path) -> list[int]:
