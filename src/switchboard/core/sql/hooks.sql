@@ -151,14 +151,22 @@ RETURNING o.id, o.message_id, o.hook_id, o.event, o.todo_id, o.body, o.attempts,
 
 -- name: record_attempt
 -- One attempt's outcome: the log row, the outbox row (delivered, failed, or due again later) and
--- the hook's health, in one statement. A hook removed meanwhile matches nothing.
-WITH o AS (
-    UPDATE hook_outbox
+-- the hook's health, in one statement. A hook removed meanwhile matches nothing. The hook's row is
+-- locked before its outbox row, the order in which removing the hook (or its endpoint) locks them:
+-- the cascade deletes the outbox rows after the hook. Taken the other way round, a removal during a
+-- delivery deadlocked (tests/test_outbox_locks.py).
+WITH h AS (
+    SELECT h.id FROM notify_hooks h
+     WHERE h.id = (SELECT o.hook_id FROM hook_outbox o WHERE o.id = %(outbox_id)s)
+       FOR NO KEY UPDATE
+), o AS (
+    UPDATE hook_outbox o
        SET state = %(state)s, locked_until = NULL,
            next_attempt_at = now() + make_interval(secs => %(retry_in)s),
            finished_at = CASE WHEN %(state)s <> 'pending' THEN now() END
-     WHERE id = %(outbox_id)s
-    RETURNING id, hook_id
+      FROM h
+     WHERE o.id = %(outbox_id)s AND o.hook_id = h.id
+    RETURNING o.id, o.hook_id
 ), d AS (
     INSERT INTO hook_deliveries (outbox_id, hook_id, attempt, started_at, duration_ms, status_code, result, error)
     SELECT o.id, o.hook_id, %(attempt)s, %(started_at)s, %(duration_ms)s, %(status_code)s, %(result)s, %(error)s

@@ -254,15 +254,21 @@ RETURNING o.id, o.sink_id, o.event, o.body, o.attempts, s.kind, s.url, s.name
 
 -- name: record_attempt
 -- One attempt's outcome: the outbox row (delivered, failed, or due again later) and the sink's
--- health, in one statement. A sink removed meanwhile matches nothing.
-WITH o AS (
-    UPDATE sink_outbox
+-- health, in one statement. A sink removed meanwhile matches nothing. The sink's row is locked
+-- before its outbox row, as removing the sink (or its owner) locks them (hooks.sql record_attempt).
+WITH s AS (
+    SELECT s.id FROM notification_sinks s
+     WHERE s.id = (SELECT o.sink_id FROM sink_outbox o WHERE o.id = %(outbox_id)s)
+       FOR NO KEY UPDATE
+), o AS (
+    UPDATE sink_outbox o
        SET state = %(state)s, locked_until = NULL,
            next_attempt_at = now() + make_interval(secs => %(retry_in)s),
            finished_at = CASE WHEN %(state)s <> 'pending' THEN now() END,
            last_status_code = %(status_code)s, last_result = %(result)s, last_error = %(error)s
-     WHERE id = %(outbox_id)s
-    RETURNING id, sink_id
+      FROM s
+     WHERE o.id = %(outbox_id)s AND o.sink_id = s.id
+    RETURNING o.id, o.sink_id
 )
 UPDATE notification_sinks s
    SET last_attempt_at = now(), last_status = coalesce(%(status_code)s::text, %(result)s),

@@ -1,0 +1,106 @@
+"""A sender settling a delivery and a human removing its hook (or sink) never deadlock.
+
+Both statements touch the same two rows: the removal locks the hook and then deletes its outbox rows
+(ON DELETE CASCADE); the sender's `record_attempt` settles the outbox row and the hook's health. When
+the sender took the outbox row first and the hook second, the two waited for each other, PostgreSQL
+aborted one after its deadlock timeout, and the API answered the removal 503. The interleaving is
+forced here: a third transaction holds the outbox row while the sender's statement and then the
+removal start, so each has taken whatever it takes first before the row comes free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timezone
+
+import psycopg
+import pytest
+
+from conftest import core_for, create_database, drop_database
+from core_world import make_world, sql
+from switchboard.core import hooks, sinks, todos
+
+
+@pytest.fixture
+async def own_core(pg_server):
+    """A core on a database of its own: no server's sender takes its outbox rows."""
+    uri = create_database(pg_server)
+    async with core_for(uri) as c:
+        c.uri = uri
+        yield c
+    drop_database(pg_server, uri)
+
+
+async def waiting_for_locks(uri: str, n: int, timeout: float = 10.0) -> None:
+    """Until `n` sessions of this database wait for a lock."""
+    deadline = time.monotonic() + timeout
+    async with await psycopg.AsyncConnection.connect(uri, autocommit=True) as conn:
+        while True:
+            cur = await conn.execute("SELECT count(*) FROM pg_stat_activity"
+                                     " WHERE datname = current_database() AND wait_event_type = 'Lock'")
+            if (await cur.fetchone())[0] >= n:
+                return
+            assert time.monotonic() < deadline, f"fewer than {n} sessions wait for a lock"
+            await asyncio.sleep(0.02)
+
+
+async def settle_while_removing(core, table: str, outbox_id: int, settle, remove) -> None:
+    """Run `settle()` and then `remove()` while another transaction holds the outbox row; both must
+    succeed once it is released."""
+    async with await psycopg.AsyncConnection.connect(core.uri) as holder:
+        await holder.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE", (outbox_id,))
+        settling = asyncio.create_task(settle())
+        await waiting_for_locks(core.uri, 1)
+        removing = asyncio.create_task(remove())
+        await waiting_for_locks(core.uri, 2)
+        await holder.rollback()
+    await asyncio.wait_for(asyncio.gather(settling, removing), 15)
+
+
+async def test_a_delivery_settled_while_its_hook_is_removed_does_not_deadlock(own_core):
+    core = own_core
+    w = await make_world(core)
+    hook, _ = await hooks.add(core, w.h1, w.slug1, url="https://hooks.example.com/in")
+    await w.todo()
+    taken = await hooks.claim_due(core, limit=1, per_hook=1, lease_seconds=30)
+    assert len(taken) == 1
+    row = taken[0]
+
+    settled = []
+
+    async def settle():
+        settled.append(await hooks.record_attempt(
+            core, outbox_id=row["id"], attempt=row["attempts"], started_at=datetime.now(timezone.utc),
+            duration_ms=3, status_code=None, result="network", error="refused", state="pending",
+            retry_in=60))
+
+    await settle_while_removing(core, "hook_outbox", row["id"], settle,
+                                lambda: hooks.remove(core, w.h1, hook["hook_id"], slug=w.slug1))
+    assert settled == [True]  # settled first, on the hook as it was; then the hook went
+    assert await sql(core, "SELECT id FROM notify_hooks") == []
+    assert await sql(core, "SELECT id FROM hook_outbox") == []
+
+
+async def test_a_message_settled_while_its_sink_is_removed_does_not_deadlock(own_core):
+    core = own_core
+    w = await make_world(core)
+    sink = (await sinks.add(core, w.h1, kind="slack", url="https://hooks.example.com/a", events=["dead_letter"]))
+    t = await w.todo(max_attempts=1)
+    await todos.claim(core, w.e1, t["id"])
+    assert (await todos.fail(core, w.e1, t["id"], summary="gave up"))["dead_letter"]
+    taken = await sinks.claim_due(core, limit=1, lease_seconds=30)
+    assert len(taken) == 1
+    row = taken[0]
+
+    settled = []
+
+    async def settle():
+        settled.append(await sinks.record_attempt(core, outbox_id=row["id"], status_code=500, result="5xx",
+                                                  error="500", state="pending", retry_in=60))
+
+    await settle_while_removing(core, "sink_outbox", row["id"], settle,
+                                lambda: sinks.remove(core, w.h1, sink["sink_id"]))
+    assert settled == [True]
+    assert await sql(core, "SELECT id FROM notification_sinks") == []
+    assert await sql(core, "SELECT id FROM sink_outbox") == []
