@@ -6,6 +6,7 @@ leaves mid-body logged as 499; the OpenAPI document and the reference page."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -17,7 +18,7 @@ import httpx
 import psycopg
 import pytest
 
-from conftest import make_settings, start_thread_server
+from conftest import make_settings, start_thread_server, terminate_lock_waiter
 from mcp_support import push, vend
 from switchboard.core import api_tokens, endpoints, hooks, intakes, sinks, teams, todos
 from switchboard.web.api import OPERATIONS
@@ -476,6 +477,34 @@ async def test_a_stalled_database_is_503_with_retry_after(core, server, pg_uri):
         holder.rollback()
     assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
     assert r.headers["retry-after"] == "1" and time.monotonic() - started < 5
+    assert api.get("/endpoints").status_code == 200
+
+
+async def test_a_request_whose_backend_is_terminated_is_503_and_logs_the_sqlstate(core, server, pg_uri):
+    """A lost connection, or a transaction PostgreSQL rolled back (a deadlock), is retryable: 503 with
+    Retry-After, and one warning naming PostgreSQL's SQLSTATE, so a deadlock can be told apart."""
+    agent, api, _, _, _ = await world(core, server.url)
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep = Keep()
+    logger = logging.getLogger("switchboard.api")
+    logger.addHandler(keep)
+    try:
+        with psycopg.connect(pg_uri, autocommit=True) as admin, psycopg.connect(pg_uri) as holder:
+            holder.execute("LOCK TABLE human_tokens IN ACCESS EXCLUSIVE MODE")
+            call = asyncio.create_task(asyncio.to_thread(api.get, "/endpoints"))
+            await terminate_lock_waiter(admin, "the token lookup (on human_tokens)")
+            r = await asyncio.wait_for(call, 10)
+            holder.rollback()
+    finally:
+        logger.removeHandler(keep)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable" and r.headers["retry-after"] == "1"
+    assert [getattr(x, "sqlstate", None) for x in records
+            if x.getMessage() == "api request failed on the database"] == ["57P01"]
     assert api.get("/endpoints").status_code == 200
 
 

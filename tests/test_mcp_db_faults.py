@@ -14,7 +14,7 @@ from switchboard.core import endpoints, humans, todos
 from switchboard.mcp import tools
 
 
-async def test_a_call_whose_backend_is_terminated_answers_unavailable(pg_uri):
+async def test_a_call_whose_backend_is_terminated_answers_unavailable(pg_uri, caplog):
     clean_database(pg_uri)
     async with core_for(pg_uri) as core:
         h = await humans.add(core, f"ops-{uuid.uuid4().hex[:6]}", "password123")
@@ -29,6 +29,9 @@ async def test_a_call_whose_backend_is_terminated_answers_unavailable(pg_uri):
             outcome = await asyncio.wait_for(call, 10)
             locker.rollback()
         assert outcome.outcome == "unavailable"
+        # The warning names what PostgreSQL said (57P01: the backend was terminated), so a deadlock
+        # (40P01) or a serialization failure would be told apart from a lost connection.
+        assert [r.sqlstate for r in caplog.records if r.getMessage() == "tool call failed on the database"] == ["57P01"]
         assert outcome.result["isError"] is True
         body = json.loads(outcome.result["content"][0]["text"])
         assert body["error"]["code"] == "unavailable" and "retry" in body["error"]["message"]

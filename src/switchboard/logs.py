@@ -20,7 +20,7 @@ DISCONNECTS = ("ClientDisconnect", "ClosedResourceError", "BrokenResourceError",
 
 SAFE_KEYS = ("endpoint", "endpoint_id", "verb", "todo_id", "outcome", "code", "latency_ms", "method", "path",
              "status", "queue", "session", "sweep", "client", "attempt_seq", "state", "event", "target",
-             "delivery", "human", "reason", "applied", "url", "board", "mcp")
+             "delivery", "human", "reason", "applied", "url", "board", "mcp", "sqlstate")
 
 
 class JsonFormatter(logging.Formatter):

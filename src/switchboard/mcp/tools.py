@@ -303,10 +303,12 @@ async def call(core: Core, caller: EndpointCaller, tool: Tool, arguments: Any) -
         result = await tool.handler(core, caller, args)
     except CoreError as exc:
         return Outcome(error_result(exc), exc.code, logged_id)
-    except psycopg.OperationalError:
-        # The connection broke under the call (a restarted or terminated server): retryable, and the
-        # call may have taken effect, exactly as a statement that timed out.
-        log.warning("tool call lost its database connection", extra={"verb": tool.name, "todo_id": logged_id})
+    except psycopg.OperationalError as exc:
+        # The connection broke under the call (a restarted or terminated server), or PostgreSQL rolled
+        # the transaction back (a deadlock, a serialization failure; its SQLSTATE is logged): retryable,
+        # and the call may have taken effect, exactly as a statement that timed out.
+        log.warning("tool call failed on the database",
+                    extra={"verb": tool.name, "todo_id": logged_id, "sqlstate": exc.sqlstate})
         return Outcome(error_result(Unavailable(LOST_CONNECTION)), Unavailable.code, logged_id)
     except Exception:
         log.exception("tool failed", extra={"verb": tool.name, "todo_id": logged_id})

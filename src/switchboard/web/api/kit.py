@@ -205,7 +205,11 @@ async def handle(request: Request, work: Callable[[TokenCaller], Awaitable[Respo
         elif status == 401:
             headers = UNAUTHORIZED_HEADERS
         response = error(status, exc.to_dict(), headers)
-    except psycopg.OperationalError:  # the database is down or unreachable: as a stall, retry later
+    except psycopg.OperationalError as exc:  # the database is down or unreachable: as a stall, retry later
+        # A lost connection, or a transaction PostgreSQL rolled back (a deadlock, a serialization
+        # failure): retryable. Logged with its SQLSTATE, since a deadlock is a defect to find.
+        log.warning("api request failed on the database", extra={
+            "method": request.method, "path": request.url.path[:256], "sqlstate": exc.sqlstate})
         response = error(503, {"code": "unavailable", "message": "database unavailable; retry"},
                          {"Retry-After": str(RETRY_UNAVAILABLE_SECONDS)})
     except ClientDisconnect:
