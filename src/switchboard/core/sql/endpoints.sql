@@ -60,9 +60,13 @@ WITH ep AS (
      WHERE id = %(endpoint_id)s AND state = 'active'
     RETURNING id
 ), t AS (
+    -- Locked in id order, as every statement that locks several todos locks them (a batched close
+    -- sorts its items so): in another order a revocation and a batch could each hold what the other
+    -- waits for (tests/test_lock_order.py).
     SELECT todos.id, todos.attempts_total, todos.state AS prior_state FROM todos JOIN ep ON todos.endpoint_id = ep.id
      WHERE todos.state IN ('pending', 'claimed', 'input-required')
         OR (todos.state = 'failed' AND todos.next_retry_at IS NOT NULL)
+     ORDER BY todos.id
        FOR UPDATE OF todos
 ), a AS (
     -- Never before the claim: a claim that committed while this transaction waited for it has a

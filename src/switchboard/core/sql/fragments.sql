@@ -437,8 +437,9 @@ unnest(%(claimers)s::uuid[], %(owners)s::text[], %(sessions)s::text[], %(claiman
 )
 
 -- name: held_batch
--- `held` for a list of items: the caller's claimed todos among %(ids)s, locked in id order (two
--- batches naming the same todos cannot deadlock), each beside its own item: the presented token's
+-- `held` for a list of items: the caller's claimed todos among %(ids)s, locked in id order, byte by
+-- byte as the ids compare (D49), the order of every statement that locks several todos (two batches,
+-- or a batch and a revocation, naming the same todos cannot deadlock), each beside its own item: the presented token's
 -- hash, the report, the result (null or JSON null for none) and, for fail, whether to retry. An array
 -- other than %(ids)s may be NULL when no item has that value (unnest pads it with NULLs).
 -- The shape is fixed whatever the planner estimates: the items sorted by id (a sorted subquery is
@@ -462,7 +463,7 @@ WITH t AS (
                                  (SELECT %(artifacts)s::text[]), (SELECT %(results)s::jsonb[]),
                                  (SELECT %(retries)s::boolean[]))
                     AS i(id, token_hash, summary, summary_truncated, artifact, result, retry)
-             ORDER BY i.id LIMIT (SELECT cardinality(%(ids)s::text[]))) i
+             ORDER BY i.id COLLATE "C" LIMIT (SELECT cardinality(%(ids)s::text[]))) i
      CROSS JOIN LATERAL (
            SELECT todos.id, todos.attempts_total, todos.attempt, todos.max_attempts FROM todos
             WHERE todos.id = i.id AND coalesce(todos.state, '') = 'claimed' AND {{scope_rows}} AND {{holder}}
@@ -532,7 +533,7 @@ WITH t AS (
                                  (SELECT %(summaries_truncated)s::boolean[]), (SELECT %(artifacts)s::text[]),
                                  (SELECT %(results)s::jsonb[]), (SELECT %(retries)s::boolean[]))
                     AS i(id, claimer, owner, token_hash, summary, summary_truncated, artifact, result, retry)
-             ORDER BY i.id LIMIT (SELECT cardinality(%(ids)s::text[]))) i
+             ORDER BY i.id COLLATE "C" LIMIT (SELECT cardinality(%(ids)s::text[]))) i
      CROSS JOIN LATERAL (
            SELECT todos.id, todos.attempts_total, todos.attempt, todos.max_attempts FROM todos
             WHERE todos.id = i.id AND coalesce(todos.state, '') = 'claimed' AND todos.queue = %(queue)s

@@ -154,7 +154,7 @@ RETURNING o.id, o.message_id, o.hook_id, o.event, o.todo_id, o.body, o.attempts,
 -- the hook's health, in one statement. A hook removed meanwhile matches nothing. The hook's row is
 -- locked before its outbox row, the order in which removing the hook (or its endpoint) locks them:
 -- the cascade deletes the outbox rows after the hook. Taken the other way round, a removal during a
--- delivery deadlocked (tests/test_outbox_locks.py).
+-- delivery deadlocked (tests/test_lock_order.py).
 WITH h AS (
     SELECT h.id FROM notify_hooks h
      WHERE h.id = (SELECT o.hook_id FROM hook_outbox o WHERE o.id = %(outbox_id)s)

@@ -77,6 +77,7 @@ WITH t AS (
        AND todos.state IN ('claimed', 'input-required')
        AND (%(team_id)s::uuid IS NULL OR todos.team_id = %(team_id)s::uuid)
        AND (%(queue)s::text IS NULL OR todos.queue = %(queue)s::text)
+     ORDER BY todos.id  -- id order, as a fleet's batched close locks them (endpoints.sql revoke)
        FOR UPDATE
 ), a AS (
     -- Never before the claim: a claim that committed while this transaction waited for it has a

@@ -1,25 +1,29 @@
-"""A sender settling a delivery and a human removing its hook (or sink) never deadlock.
+"""Statements that lock the same rows take them in one order, so none of them deadlocks another.
 
-Both statements touch the same two rows: the removal locks the hook and then deletes its outbox rows
-(ON DELETE CASCADE); the sender's `record_attempt` settles the outbox row and the hook's health. When
-the sender took the outbox row first and the hook second, the two waited for each other, PostgreSQL
-aborted one after its deadlock timeout, and the API answered the removal 503. The interleaving is
-forced here: a third transaction holds the outbox row while the sender's statement and then the
-removal start, so each has taken whatever it takes first before the row comes free.
+- A sender settling a delivery and a human removing its hook (or sink): the removal locks the hook
+  and then deletes its outbox rows (ON DELETE CASCADE); the sender's `record_attempt` settles the
+  outbox row and the hook's health. When the sender took the outbox row first and the hook second,
+  the two waited for each other, PostgreSQL aborted one after its deadlock timeout, and the API
+  answered the removal 503.
+- A revocation and a batched close of the same endpoint's todos: both lock the todos in id order
+  (byte order, the ids' collation). The revocation locked them in the order it found them.
+
+Each interleaving is forced: a third transaction holds the row that both wait for, so each statement
+has taken whatever it takes before that row comes free.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
 
 from conftest import core_for, create_database, drop_database
 from core_world import make_world, sql
-from switchboard.core import hooks, sinks, todos
+from switchboard.core import endpoints, hooks, sinks, todos
 
 
 @pytest.fixture
@@ -71,7 +75,7 @@ async def test_a_delivery_settled_while_its_hook_is_removed_does_not_deadlock(ow
 
     async def settle():
         settled.append(await hooks.record_attempt(
-            core, outbox_id=row["id"], attempt=row["attempts"], started_at=datetime.now(timezone.utc),
+            core, outbox_id=row["id"], attempt=row["attempts"], started_at=datetime.now(UTC),
             duration_ms=3, status_code=None, result="network", error="refused", state="pending",
             retry_in=60))
 
@@ -104,3 +108,38 @@ async def test_a_message_settled_while_its_sink_is_removed_does_not_deadlock(own
     assert settled == [True]
     assert await sql(core, "SELECT id FROM notification_sinks") == []
     assert await sql(core, "SELECT id FROM sink_outbox") == []
+
+
+async def test_a_revocation_during_a_batched_complete_does_not_deadlock(own_core):
+    """The batch locks its todos in id order and waits for the first, held here. The revocation's
+    scan met the todos in creation order (or its reverse, by index): with the todo of the lowest id
+    created neither first nor last, it locked another todo first and then waited for the lowest,
+    which the batch took next and then waited for the one the revocation held."""
+    core = own_core
+    w = await make_world(core)
+    made = []
+    while len(made) < 3 or min(made) in (made[0], made[-1]):
+        made.append((await w.todo())["id"])
+        assert len(made) < 60
+    for todo_id in made:
+        await todos.claim(core, w.e1, todo_id)
+    lowest = min(made)
+    outcome = {}
+
+    async def close():
+        outcome["batch"] = await todos.complete_batch(core, w.e1, [{"id": i, "summary": "done"} for i in made])
+
+    async def revoke():
+        outcome["revoked"] = await endpoints.revoke(core, w.h1, w.slug1)
+
+    async with await psycopg.AsyncConnection.connect(core.uri) as holder:
+        await holder.execute("SELECT 1 FROM todos WHERE id = %s FOR UPDATE", (lowest,))
+        closing = asyncio.create_task(close())
+        await waiting_for_locks(core.uri, 1)
+        revoking = asyncio.create_task(revoke())
+        await waiting_for_locks(core.uri, 2)
+        await holder.rollback()
+    await asyncio.wait_for(asyncio.gather(closing, revoking), 15)
+    assert [r["ok"] for r in outcome["batch"]] == [True] * len(made)  # the batch went first
+    states = await sql(core, "SELECT state FROM todos WHERE id = ANY(%s)", (made,))
+    assert {r["state"] for r in states} == {"done"}
