@@ -7,6 +7,11 @@
   answered the removal 503.
 - A revocation and a batched close of the same endpoint's todos: both lock the todos in id order
   (byte order, the ids' collation). The revocation locked them in the order it found them.
+- A claim over several team queues share-locks its first grant, the endpoint, then its next grants;
+  an ungrant locks every grant of the endpoint in that order before it deletes one and updates the
+  endpoint. It used to delete a later grant first and then wait for the endpoint.
+- A claim over own and team queues share-locks the endpoint before it locks any of its own todos, as
+  a revocation updates the endpoint and then locks the todos. It used to lock an own todo first.
 
 Each interleaving is forced: a third transaction holds the row that both wait for, so each statement
 has taken whatever it takes before that row comes free.
@@ -23,7 +28,9 @@ import pytest
 
 from conftest import core_for, create_database, drop_database
 from core_world import make_world, sql
-from switchboard.core import endpoints, hooks, sinks, todos
+from team_world import make_fleet
+from switchboard.core import endpoints, hooks, sinks, teams, todos
+from switchboard.core.errors import Unauthorized
 
 
 @pytest.fixture
@@ -143,3 +150,57 @@ async def test_a_revocation_during_a_batched_complete_does_not_deadlock(own_core
     assert [r["ok"] for r in outcome["batch"]] == [True] * len(made)  # the batch went first
     states = await sql(core, "SELECT state FROM todos WHERE id = ANY(%s)", (made,))
     assert {r["state"] for r in states} == {"done"}
+
+
+async def holding(uri: str, lock_sql: str, params, *tasks_and_waits):
+    """Hold `lock_sql`'s lock while each (start, waiters) step starts its task and waits until that
+    many sessions wait for a lock; then release it and return the tasks' results."""
+    started = []
+    async with await psycopg.AsyncConnection.connect(uri) as holder:
+        await holder.execute(lock_sql, params)
+        for start, waiters in tasks_and_waits:
+            started.append(asyncio.create_task(start()))
+            await waiting_for_locks(uri, waiters)
+        await holder.rollback()
+    return await asyncio.wait_for(asyncio.gather(*started), 15)
+
+
+async def test_an_ungrant_during_a_claim_over_two_team_queues_does_not_deadlock(own_core):
+    """The claim (queues a and b) holds a's grant and the endpoint (share) and waits for b's grant;
+    the ungrant of b held b's grant and waited to update the endpoint. A third session share-locks the
+    endpoint so that the ungrant waits there while the claim, a sharer too, passes it."""
+    core = own_core
+    fleet = await make_fleet(core, members=1, endpoints=0, queue="a")
+    label_b = fleet.label[:-1] + "b"
+    caller = await fleet.vend(0, queues=[fleet.label, label_b])
+    todo = await fleet.push()
+    gone, got = await holding(
+        core.uri, "SELECT 1 FROM endpoints WHERE id = %s FOR SHARE", (caller.endpoint_id,),
+        (lambda: teams.ungrant(core, fleet.humans[0], fleet.slug, label_b, fleet.ep_slugs[0]), 1),
+        (lambda: todos.claim_next(core, caller), 2))
+    assert got is not None and got.todo["id"] == todo["id"]
+    assert gone["granted"] is False
+
+
+async def test_a_revocation_during_a_claim_over_own_and_team_queues_does_not_deadlock(own_core):
+    """The revocation updates the endpoint and waits for the own todo of lowest id, held here; the
+    claim took the other own todo and then waited to share-lock the endpoint."""
+    core = own_core
+    fleet = await make_fleet(core, members=1, endpoints=1)  # the endpoint has `own` and the team queue
+    caller = fleet.endpoints[0]
+    own = sorted([(await todos.create(core, endpoint_id=caller.endpoint_id, queue="own", title=f"o{i}"))[0]["id"]
+                  for i in range(2)])
+
+    async def claim():
+        try:
+            return await todos.claim_next(core, caller)
+        except Unauthorized:  # the revocation committed first: refused, as any later call is
+            return None
+
+    revoked, got = await holding(
+        core.uri, "SELECT 1 FROM todos WHERE id = %s FOR UPDATE", (own[0],),
+        (lambda: endpoints.revoke(core, fleet.humans[0], fleet.ep_slugs[0]), 1),
+        (claim, 2))
+    assert got is None and revoked["state"] == "revoked"  # nothing claimable once revoked
+    states = await sql(core, "SELECT state FROM todos WHERE id = ANY(%s)", (own,))
+    assert {r["state"] for r in states} == {"failed"}

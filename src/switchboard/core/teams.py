@@ -180,6 +180,7 @@ async def _remove(core: Core, conn: AsyncConnection[DictRow], team: dict[str, An
     # and the claim by id); both stop new ones, so the hand-back below, a later statement, sees every
     # lease they committed.
     await conn.execute(Q.teams.remove_member, {"team_id": team["id"], "human_id": human_id})
+    await conn.execute(Q.teams.lock_member_grants, {"team_id": team["id"], "human_id": human_id})
     await conn.execute(Q.teams.drop_member_grants, {"team_id": team["id"], "human_id": human_id})
     endpoint_ids = [r["id"] for r in await (await conn.execute(Q.teams.human_endpoints,
                                                                {"human_id": human_id})).fetchall()]
@@ -272,6 +273,7 @@ async def ungrant(core: Core, actor: HumanCaller, slug: Any, queue: Any, endpoin
         ep = await cur.fetchone()
         if ep is None:
             raise NotFound("endpoint not found", argument="endpoint")
+        await conn.execute(Q.teams.lock_endpoint_grants, {"endpoint_id": ep["id"]})
         gone = await (await conn.execute(Q.teams.ungrant, {"endpoint_id": ep["id"], "queue": label})).fetchone()
         if gone is None:
             raise NotFound("no such grant", argument="endpoint")

@@ -59,6 +59,15 @@ DELETE FROM team_members WHERE team_id = %(team_id)s AND human_id = %(human_id)s
 -- Every endpoint of a human's agents (a removed member's endpoints hand back their team leases).
 SELECT e.id FROM endpoints e JOIN agents g ON g.id = e.agent_id WHERE g.human_id = %(human_id)s
 
+-- name: lock_member_grants
+-- Before drop_member_grants, in its transaction: the human's grants in the team, locked in key order
+-- (endpoint, queue), the order in which a claim over several team queues share-locks its grants.
+-- Deleted in the order a scan met them, a removal could hold a claim's next grant while the claim
+-- held the one the removal waited for.
+SELECT endpoint_id, queue FROM team_grants
+ WHERE team_id = %(team_id)s AND human_id = %(human_id)s
+ ORDER BY endpoint_id, queue FOR UPDATE
+
 -- name: drop_member_grants
 DELETE FROM team_grants WHERE team_id = %(team_id)s AND human_id = %(human_id)s RETURNING endpoint_id, queue
 
@@ -144,6 +153,13 @@ RETURNING *
 -- A granted team queue joins the endpoint's scope (once).
 UPDATE endpoints SET scope_queues = array_append(scope_queues, %(queue)s::text)
  WHERE id = %(endpoint_id)s AND NOT (%(queue)s::text = ANY(scope_queues))
+
+-- name: lock_endpoint_grants
+-- Before ungrant, in its transaction: every grant of the endpoint, locked in queue order. A claim
+-- over several team queues share-locks its first grant, then the endpoint, then its next grants; an
+-- ungrant that deleted a later grant and then waited to update the endpoint (drop_scope_queue)
+-- deadlocked with it (tests/test_lock_order.py).
+SELECT queue FROM team_grants WHERE endpoint_id = %(endpoint_id)s ORDER BY queue FOR UPDATE
 
 -- name: ungrant
 DELETE FROM team_grants WHERE endpoint_id = %(endpoint_id)s AND queue = %(queue)s RETURNING *

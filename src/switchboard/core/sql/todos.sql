@@ -146,13 +146,15 @@ WITH cand AS (
 -- claim_next over the endpoint's own queues %(queues)s and the team queues %(team_queues)s it reaches
 -- now (granted, its human a member): the oldest claimable todo of all of them. OFFSET 0 keeps the
 -- union one subquery, so the endpoint check above it stays one check (PostgreSQL would otherwise copy
--- it into both branches).
+-- it into both branches). The team branch runs first, so the endpoint's row is share-locked before
+-- any of its own todos: a revocation locks the row and then the todos, and in the other order each
+-- held what the other waited for (tests/test_lock_order.py).
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total FROM (
-        SELECT x.* FROM unnest((SELECT %(queues)s::text[])) AS q(name), LATERAL ({{claim_next_arms}}) x
+        SELECT x.* FROM ({{team_targets_locked}}) AS q, LATERAL ({{claim_team_arms}}) x
          WHERE {{unpoliced}}
         UNION ALL
-        SELECT x.* FROM ({{team_targets_locked}}) AS q, LATERAL ({{claim_team_arms}}) x
+        SELECT x.* FROM unnest((SELECT %(queues)s::text[])) AS q(name), LATERAL ({{claim_next_arms}}) x
          WHERE {{unpoliced}}
         OFFSET 0
     ) x
@@ -199,13 +201,13 @@ WITH items AS (
 {{claim_group_tail}}
 
 -- name: claim_next_mixed_batch
--- claim_next_batch over own and team queues (see claim_next_mixed).
+-- claim_next_batch over own and team queues (see claim_next_mixed; the team branch first, too).
 WITH cand AS (
     SELECT x.id, x.state, x.attempts_total, x.created_at FROM (
-        SELECT x.* FROM unnest((SELECT %(queues)s::text[])) AS q(name), LATERAL ({{claim_batch_arms}}) x
+        SELECT x.* FROM ({{team_targets_locked}}) AS q, LATERAL ({{claim_team_batch_arms}}) x
          WHERE {{unpoliced}}
         UNION ALL
-        SELECT x.* FROM ({{team_targets_locked}}) AS q, LATERAL ({{claim_team_batch_arms}}) x
+        SELECT x.* FROM unnest((SELECT %(queues)s::text[])) AS q(name), LATERAL ({{claim_batch_arms}}) x
          WHERE {{unpoliced}}
         OFFSET 0
     ) x
