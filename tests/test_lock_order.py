@@ -28,9 +28,9 @@ import pytest
 
 from conftest import core_for, create_database, drop_database
 from core_world import make_world, sql
-from team_world import make_fleet
 from switchboard.core import endpoints, hooks, sinks, teams, todos
 from switchboard.core.errors import Unauthorized
+from team_world import make_fleet
 
 
 @pytest.fixture
