@@ -209,6 +209,17 @@ async def core(pg_uri):
         yield c
 
 
+@pytest.fixture
+async def own_core(pg_server):
+    """A core on a database of its own (its URI as `.uri`), dropped afterwards: no server of this
+    session works on it (sends its outbox, sweeps it)."""
+    uri = create_database(pg_server)
+    async with core_for(uri) as c:
+        c.uri = uri
+        yield c
+    drop_database(pg_server, uri)
+
+
 # ------------------------------------------------------------------------------------------ servers
 
 @dataclass

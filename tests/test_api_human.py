@@ -7,6 +7,7 @@ leaves mid-body logged as 499; the OpenAPI document and the reference page."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -480,28 +481,37 @@ async def test_a_stalled_database_is_503_with_retry_after(core, server, pg_uri):
     assert api.get("/endpoints").status_code == 200
 
 
-async def test_a_request_whose_backend_is_terminated_is_503_and_logs_the_sqlstate(core, server, pg_uri):
-    """A lost connection, or a transaction PostgreSQL rolled back (a deadlock), is retryable: 503 with
-    Retry-After, and one warning naming PostgreSQL's SQLSTATE, so a deadlock can be told apart."""
-    agent, api, _, _, _ = await world(core, server.url)
+@contextlib.contextmanager
+def api_log():
+    """The records the API's logger writes meanwhile (from INFO up)."""
     records: list[logging.LogRecord] = []
 
     class Keep(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             records.append(record)
 
-    keep = Keep()
-    logger = logging.getLogger("switchboard.api")
+    keep, logger = Keep(), logging.getLogger("switchboard.api")
+    level = logger.level
+    logger.setLevel(logging.INFO)
     logger.addHandler(keep)
     try:
+        yield records
+    finally:
+        logger.removeHandler(keep)
+        logger.setLevel(level)
+
+
+async def test_a_request_whose_backend_is_terminated_is_503_and_logs_the_sqlstate(core, server, pg_uri):
+    """A lost connection, or a transaction PostgreSQL rolled back (a deadlock), is retryable: 503 with
+    Retry-After, and one warning naming PostgreSQL's SQLSTATE, so a deadlock can be told apart."""
+    agent, api, _, _, _ = await world(core, server.url)
+    with api_log() as records:
         with psycopg.connect(pg_uri, autocommit=True) as admin, psycopg.connect(pg_uri) as holder:
             holder.execute("LOCK TABLE human_tokens IN ACCESS EXCLUSIVE MODE")
             call = asyncio.create_task(asyncio.to_thread(api.get, "/endpoints"))
             await terminate_lock_waiter(admin, "the token lookup (on human_tokens)")
             r = await asyncio.wait_for(call, 10)
             holder.rollback()
-    finally:
-        logger.removeHandler(keep)
     assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable" and r.headers["retry-after"] == "1"
     assert [getattr(x, "sqlstate", None) for x in records
             if x.getMessage() == "api request failed on the database"] == ["57P01"]
@@ -511,18 +521,7 @@ async def test_a_request_whose_backend_is_terminated_is_503_and_logs_the_sqlstat
 async def test_a_client_leaving_mid_body_is_logged_as_499(core, server):
     agent, api, _, _, _ = await world(core, server.url)
     token = api.http.headers["authorization"].split()[1]
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    keep = Keep()
-    logger = logging.getLogger("switchboard.api")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(keep)
-    try:
+    with api_log() as records:
         port = int(server.url.rsplit(":", 1)[1])
         s = socket.create_connection(("127.0.0.1", port))
         s.sendall((f"POST /api/v1/endpoints/{agent.slug}/todos HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
@@ -533,9 +532,6 @@ async def test_a_client_leaving_mid_body_is_logged_as_499(core, server):
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not any(getattr(r, "status", None) == 499 for r in records):
             time.sleep(0.05)
-    finally:
-        logger.removeHandler(keep)
-        logger.setLevel(level)
     lines = [r for r in records if r.getMessage() == "api request"]
     assert [(r.status, r.reason) for r in lines] == [(499, "client_disconnect")]
     assert api.get(f"/endpoints/{agent.slug}/todos").json()["todos"] == []

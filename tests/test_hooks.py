@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
-import psycopg
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 from typer.testing import CliRunner
 
-from conftest import core_for, create_database, make_settings, start_process_server, start_thread_server
+from conftest import core_for, make_settings, start_process_server, start_thread_server
 from core_world import lapse, make_due, make_world, sql
 from sender_kit import stops_right_after_a_wake_up
 from switchboard.core import api_tokens, hooks, sweeps, todos
@@ -76,17 +75,6 @@ def receiver():
     yield rec
     httpd.shutdown()
     httpd.server_close()
-
-
-@pytest.fixture
-async def own_core(pg_server):
-    """A core on a database of its own: no other server of this session sends its outbox."""
-    uri = create_database(pg_server)
-    async with core_for(uri) as c:
-        c.uri = uri
-        yield c
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{psycopg.conninfo.conninfo_to_dict(uri)["dbname"]}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")
@@ -384,7 +372,7 @@ async def test_concurrent_adds_at_the_ceiling_admit_exactly_one(core):
 
 
 def test_cli_hook_add_list_remove(pg_uri):
-    from conftest import clean_database, core_for, run_async
+    from conftest import clean_database, run_async
     from switchboard.cli import app
 
     clean_database(pg_uri)

@@ -24,23 +24,11 @@ import time
 from datetime import UTC, datetime
 
 import psycopg
-import pytest
 
-from conftest import core_for, create_database, drop_database
 from core_world import make_world, sql
 from switchboard.core import endpoints, hooks, sinks, teams, todos
 from switchboard.core.errors import Unauthorized
 from team_world import make_fleet
-
-
-@pytest.fixture
-async def own_core(pg_server):
-    """A core on a database of its own: no server's sender takes its outbox rows."""
-    uri = create_database(pg_server)
-    async with core_for(uri) as c:
-        c.uri = uri
-        yield c
-    drop_database(pg_server, uri)
 
 
 async def waiting_for_locks(uri: str, n: int, timeout: float = 10.0) -> None:
@@ -56,17 +44,17 @@ async def waiting_for_locks(uri: str, n: int, timeout: float = 10.0) -> None:
             await asyncio.sleep(0.02)
 
 
-async def settle_while_removing(core, table: str, outbox_id: int, settle, remove) -> None:
-    """Run `settle()` and then `remove()` while another transaction holds the outbox row; both must
-    succeed once it is released."""
-    async with await psycopg.AsyncConnection.connect(core.uri) as holder:
-        await holder.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR UPDATE", (outbox_id,))
-        settling = asyncio.create_task(settle())
-        await waiting_for_locks(core.uri, 1)
-        removing = asyncio.create_task(remove())
-        await waiting_for_locks(core.uri, 2)
+async def holding(uri: str, lock_sql: str, params, *tasks_and_waits):
+    """Hold `lock_sql`'s lock while each (start, waiters) step starts its task and waits until that
+    many sessions wait for a lock; then release it and return the tasks' results."""
+    started = []
+    async with await psycopg.AsyncConnection.connect(uri) as holder:
+        await holder.execute(lock_sql, params)
+        for start, waiters in tasks_and_waits:
+            started.append(asyncio.create_task(start()))
+            await waiting_for_locks(uri, waiters)
         await holder.rollback()
-    await asyncio.wait_for(asyncio.gather(settling, removing), 15)
+    return await asyncio.wait_for(asyncio.gather(*started), 15)
 
 
 async def test_a_delivery_settled_while_its_hook_is_removed_does_not_deadlock(own_core):
@@ -86,8 +74,8 @@ async def test_a_delivery_settled_while_its_hook_is_removed_does_not_deadlock(ow
             duration_ms=3, status_code=None, result="network", error="refused", state="pending",
             retry_in=60))
 
-    await settle_while_removing(core, "hook_outbox", row["id"], settle,
-                                lambda: hooks.remove(core, w.h1, hook["hook_id"], slug=w.slug1))
+    await holding(core.uri, "SELECT 1 FROM hook_outbox WHERE id = %s FOR UPDATE", (row["id"],),
+                  (settle, 1), (lambda: hooks.remove(core, w.h1, hook["hook_id"], slug=w.slug1), 2))
     assert settled == [True]  # settled first, on the hook as it was; then the hook went
     assert await sql(core, "SELECT id FROM notify_hooks") == []
     assert await sql(core, "SELECT id FROM hook_outbox") == []
@@ -110,8 +98,8 @@ async def test_a_message_settled_while_its_sink_is_removed_does_not_deadlock(own
         settled.append(await sinks.record_attempt(core, outbox_id=row["id"], status_code=500, result="5xx",
                                                   error="500", state="pending", retry_in=60))
 
-    await settle_while_removing(core, "sink_outbox", row["id"], settle,
-                                lambda: sinks.remove(core, w.h1, sink["sink_id"]))
+    await holding(core.uri, "SELECT 1 FROM sink_outbox WHERE id = %s FOR UPDATE", (row["id"],),
+                  (settle, 1), (lambda: sinks.remove(core, w.h1, sink["sink_id"]), 2))
     assert settled == [True]
     assert await sql(core, "SELECT id FROM notification_sinks") == []
     assert await sql(core, "SELECT id FROM sink_outbox") == []
@@ -139,30 +127,10 @@ async def test_a_revocation_during_a_batched_complete_does_not_deadlock(own_core
     async def revoke():
         outcome["revoked"] = await endpoints.revoke(core, w.h1, w.slug1)
 
-    async with await psycopg.AsyncConnection.connect(core.uri) as holder:
-        await holder.execute("SELECT 1 FROM todos WHERE id = %s FOR UPDATE", (lowest,))
-        closing = asyncio.create_task(close())
-        await waiting_for_locks(core.uri, 1)
-        revoking = asyncio.create_task(revoke())
-        await waiting_for_locks(core.uri, 2)
-        await holder.rollback()
-    await asyncio.wait_for(asyncio.gather(closing, revoking), 15)
+    await holding(core.uri, "SELECT 1 FROM todos WHERE id = %s FOR UPDATE", (lowest,), (close, 1), (revoke, 2))
     assert [r["ok"] for r in outcome["batch"]] == [True] * len(made)  # the batch went first
     states = await sql(core, "SELECT state FROM todos WHERE id = ANY(%s)", (made,))
     assert {r["state"] for r in states} == {"done"}
-
-
-async def holding(uri: str, lock_sql: str, params, *tasks_and_waits):
-    """Hold `lock_sql`'s lock while each (start, waiters) step starts its task and waits until that
-    many sessions wait for a lock; then release it and return the tasks' results."""
-    started = []
-    async with await psycopg.AsyncConnection.connect(uri) as holder:
-        await holder.execute(lock_sql, params)
-        for start, waiters in tasks_and_waits:
-            started.append(asyncio.create_task(start()))
-            await waiting_for_locks(uri, waiters)
-        await holder.rollback()
-    return await asyncio.wait_for(asyncio.gather(*started), 15)
 
 
 async def test_an_ungrant_during_a_claim_over_two_team_queues_does_not_deadlock(own_core):

@@ -28,7 +28,7 @@ from core_world import sql
 from switchboard.core import api_tokens, hooks, humans, teams, todos
 from switchboard.core.errors import Conflict, Forbidden, Invalid, NotFound
 from team_world import make_fleet
-from test_hooks import api, own_core, server  # noqa: F401  (the fixtures and the API helper)
+from test_hooks import api, server  # noqa: F401  (the fixture and the API helper)
 from test_sinks import receiver  # noqa: F401  (the fixture)
 
 TEAM_FIELDS = {"type", "reason", "todo_id", "queue", "kind", "source", "title", "endpoint", "team", "attempt",
