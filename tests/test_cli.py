@@ -100,7 +100,8 @@ def _core(env: dict, fn):
 def test_readme_tour_user_vend_push_show_list(cli_env):
     env = _user(cli_env)
     ep = ok_json(env, "endpoint", "vend", "--agent", "fixer", "--queue", "inbox")
-    assert set(ep) == {"endpoint_id", "slug", "agent", "queues", "verbs", "mcp_url", "credential"}
+    assert set(ep) == {"endpoint_id", "slug", "agent", "queues", "verbs", "mcp_url", "credential", "expires_at"}
+    assert ep["expires_at"] is None  # no --expires-in: it never expires
     assert ep["credential"].startswith("sbk_") and ep["queues"] == ["inbox"] and ep["agent"] == "fixer"
     assert ep["verbs"] == ["list_todos", "claim", "claim_next", "heartbeat", "complete", "fail", "release",
                            "request_input"]

@@ -143,6 +143,9 @@ def migrate(target: int | None = typer.Option(None, "--to", help="Stop after thi
 
 # --------------------------------------------------------------------------------------- endpoints
 
+EXPIRES_IN_HELP = "Expire this many seconds from now (60 to 10 years); past it the sweep revokes it."
+
+
 @endpoint_app.command("vend")
 def endpoint_vend(agent: str = typer.Option(..., "--agent", help="The agent's name (created if new)."),
                   queue: list[str] = typer.Option(
@@ -153,6 +156,7 @@ def endpoint_vend(agent: str = typer.Option(..., "--agent", help="The agent's na
                   verb: list[str] = typer.Option([], "--verb",
                                                 help="Granted verb (repeatable; default the drain family)."),
                   lease_ttl: int | None = typer.Option(None, "--lease-ttl", help="Default lease, 60-86400 s."),
+                  expires_in: int | None = typer.Option(None, "--expires-in", metavar="SECONDS", help=EXPIRES_IN_HELP),
                   user: str | None = UserOpt, as_json: bool = JsonOpt) -> None:
     """Vend an MCP endpoint (URL + credential shown once) for an agent.
 
@@ -160,12 +164,13 @@ def endpoint_vend(agent: str = typer.Option(..., "--agent", help="The agent's na
     not_found). An owner's or admin's vend is granted the team queue at once. A member's vend answers
     awaiting_grant with that queue: the endpoint claims nothing there until a team owner or admin grants
     it (`switchboard team grant <team-slug> <queue> <endpoint-slug>`)."""
-    out = backend(user).endpoint_vend(agent=agent, queues=queue or None, verbs=verb or None, lease_ttl=lease_ttl)
+    out = backend(user).endpoint_vend(agent=agent, queues=queue or None, verbs=verb or None, lease_ttl=lease_ttl,
+                                      expires_in_seconds=expires_in)
 
     def text(o: dict) -> None:
         typer.echo(f"endpoint {o['slug']} for agent {o['agent']}\n  url:        {o['mcp_url']}\n"
                    f"  credential: {o['credential']}   (shown once)\n  queues:     {', '.join(o['queues'])}\n"
-                   f"  verbs:      {', '.join(o['verbs'])}")
+                   f"  verbs:      {', '.join(o['verbs'])}\n  expires:    {o.get('expires_at') or 'never'}")
         if o.get("awaiting_grant"):
             typer.echo(f"  awaiting a grant by a team owner or admin: {', '.join(o['awaiting_grant'])}")
 
@@ -203,9 +208,8 @@ def endpoint_show(slug: str, user: str | None = UserOpt, as_json: bool = JsonOpt
 
 @endpoint_app.command("change")
 def endpoint_change(slug: str,
-                    expires_in: int | None = typer.Option(
-                        None, "--expires-in", metavar="SECONDS",
-                        help="Expire this many seconds from now (60 to 10 years); past it the sweep revokes it."),
+                    expires_in: int | None = typer.Option(None, "--expires-in", metavar="SECONDS",
+                                                          help=EXPIRES_IN_HELP),
                     no_expiry: bool = typer.Option(False, "--no-expiry", help="Never expire."),
                     lease_ttl: int | None = typer.Option(None, "--lease-ttl", metavar="SECONDS",
                                                          help="Default lease of its claims, 60-86400 s."),

@@ -10,6 +10,7 @@ as them: `--user` is refused there.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import remote
@@ -28,7 +29,8 @@ def backend(user: str | None = None) -> Local | Remote:
 
 
 # The documented `--json` shapes where the API answers more than the command prints.
-VENDED = ("endpoint_id", "slug", "agent", "queues", "verbs", "mcp_url", "credential", "awaiting_grant")
+VENDED = ("endpoint_id", "slug", "agent", "queues", "verbs", "mcp_url", "credential", "expires_at",
+          "awaiting_grant")
 TOKEN_ROW = ("id", "prefix", "created_at", "revoked_at")
 
 
@@ -110,16 +112,21 @@ class Local:
 
     # endpoints
     def endpoint_vend(self, *, agent: str, queues: list[str] | None, verbs: list[str] | None,
-                      lease_ttl: int | None) -> dict:
-        from ..core import endpoints
+                      lease_ttl: int | None, expires_in_seconds: int | None = None) -> dict:
+        from ..core import api_tokens, endpoints
+
+        # The bounds of the API's `expires_in_seconds` (and of `endpoint change --expires-in`).
+        seconds = _checked(lambda: api_tokens.expires_in(expires_in_seconds))
 
         async def work(core):
+            expires_at = datetime.now(UTC) + timedelta(seconds=seconds) if seconds else None
             return await endpoints.vend(core, await human(core, self.user), agent=agent, queues=queues,
-                                        verbs=verbs, lease_ttl=lease_ttl)
+                                        verbs=verbs, lease_ttl=lease_ttl, expires_at=expires_at)
 
         ep, credential = run(work)
         out = {"endpoint_id": ep["endpoint_id"], "slug": ep["slug"], "agent": ep["agent"], "queues": ep["queues"],
-               "verbs": ep["verbs"], "mcp_url": self._mcp_url(ep["slug"]), "credential": credential}
+               "verbs": ep["verbs"], "mcp_url": self._mcp_url(ep["slug"]), "credential": credential,
+               "expires_at": ep["expires_at"]}
         if "awaiting_grant" in ep:  # team queues a member named wait for an owner's or admin's grant
             out["awaiting_grant"] = ep["awaiting_grant"]
         return out
@@ -588,8 +595,9 @@ class Remote:
 
     # endpoints
     def endpoint_vend(self, *, agent: str, queues: list[str] | None, verbs: list[str] | None,
-                      lease_ttl: int | None) -> dict:
-        out = self.api.post("/endpoints", _given(agent=agent, queues=queues, verbs=verbs, lease_ttl=lease_ttl))
+                      lease_ttl: int | None, expires_in_seconds: int | None = None) -> dict:
+        out = self.api.post("/endpoints", _given(agent=agent, queues=queues, verbs=verbs, lease_ttl=lease_ttl,
+                                                 expires_in_seconds=expires_in_seconds))
         return _only(out, VENDED)
 
     def endpoint_list(self) -> dict:

@@ -64,12 +64,14 @@ def check(lines: list[tuple[int, Any]], queues: list[str], team: str | None = No
     try:
         check_items([v for _, v in lines], queues, MAX_ATTEMPTS_MIN, team=team)
     except Invalid as exc:
-        # "todos[i].field ..." -> "line N field ..."
+        # "todos[i].field is ..." -> "line N: field is ..."; "todos[i].field: <the core's message>" (one
+        # that does not begin with the field, such as `unknown field "titel"`) -> "line N: <the message>".
         index_part = (exc.argument or "todos[0]")[len("todos["):]
         index, _, field = index_part.partition("]")
-        rest = exc.message[len(exc.argument or ""):].lstrip(": ")
-        _bad_line(lines[int(index)][0], f"{field.lstrip('.') or 'the line'} {rest}".strip(),
-                  field.lstrip(".") or None)
+        field = field.lstrip(".")
+        rest = exc.message[len(exc.argument or ""):]
+        words = rest[1:].strip() if rest.startswith(":") else f"{field or 'the line'} {rest.strip()}".strip()
+        _bad_line(lines[int(index)][0], words, field or None)
 
 
 def batches(items: list[dict]) -> list[list[dict]]:

@@ -76,7 +76,7 @@ def _item(raw: object, queues: list[str], default_max_attempts: int, team: bool 
     unknown = sorted(str(k) for k in raw if k not in PUSH_FIELDS)
     if unknown:
         name = "".join(ch if ch.isprintable() else "?" for ch in unknown[0][:64])
-        raise Invalid(f"unknown field {name}", argument=name)
+        raise Invalid(f'unknown field "{name}"', argument=name)
     payload = raw.get("payload")
     payload_text = inputs.json_value(payload, "payload", inputs.PAYLOAD_MAX_BYTES)
     queue = _endpoint_queue(raw.get("queue"), queues)
