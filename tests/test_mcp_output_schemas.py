@@ -120,6 +120,8 @@ async def test_each_verb_success_and_error_validate_against_the_listed_schema(co
         assert refused["queue"] == "work" and refused["reason"] == "in_flight_full"
         status = await run("admission_status", {"queue": "work"})
         assert status["policies"][0]["status"] == "in_flight_full"
+        declared = schemas.ADMISSION_STATUS_RESULT["properties"]["policies"]["items"]["properties"]
+        assert set(status["policies"][0]) == set(declared)  # every field it returns is in its schema
 
     async with sdk(server.url, narrow, mode=mode) as n:
         result = await n.call_tool("complete", {"id": work[0]["id"]})
