@@ -194,7 +194,8 @@ def _cases():
         lambda w, v: endpoints.vend(w.core, w.h1, agent="a", verbs=v))
     add("vend", "lease_ttl", [59, 86401, 0, -1, "60", True, 60.5, 10 ** 30],
         lambda w, v: endpoints.vend(w.core, w.h1, agent="a", lease_ttl=v))
-    add("vend", "expires_at", ["tomorrow", 123], lambda w, v: endpoints.vend(w.core, w.h1, agent="a", expires_at=v))
+    add("vend", "expires_in_seconds", ["tomorrow", 5, True],
+        lambda w, v: endpoints.vend(w.core, w.h1, agent="a", expires_in_seconds=v))
     add("humans.add", "name", WRONG_TYPES + BAD_TEXT + CONTROL + ["", "a" * 65, "a b", "-x"],
         lambda w, v: humans.add(w.core, v, "password123"))
     add("humans.add", "password", [123, b"password123", ["p"], "short", "\ud800" * 9, "pass\x00word1", "p" * 1025],

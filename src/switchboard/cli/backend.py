@@ -10,7 +10,6 @@ as them: `--user` is refused there.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import remote
@@ -113,15 +112,11 @@ class Local:
     # endpoints
     def endpoint_vend(self, *, agent: str, queues: list[str] | None, verbs: list[str] | None,
                       lease_ttl: int | None, expires_in_seconds: int | None = None) -> dict:
-        from ..core import api_tokens, endpoints
-
-        # The bounds of the API's `expires_in_seconds` (and of `endpoint change --expires-in`).
-        seconds = _checked(lambda: api_tokens.expires_in(expires_in_seconds))
+        from ..core import endpoints
 
         async def work(core):
-            expires_at = datetime.now(UTC) + timedelta(seconds=seconds) if seconds else None
             return await endpoints.vend(core, await human(core, self.user), agent=agent, queues=queues,
-                                        verbs=verbs, lease_ttl=lease_ttl, expires_at=expires_at)
+                                        verbs=verbs, lease_ttl=lease_ttl, expires_in_seconds=expires_in_seconds)
 
         ep, credential = run(work)
         out = {"endpoint_id": ep["endpoint_id"], "slug": ep["slug"], "agent": ep["agent"], "queues": ep["queues"],

@@ -6,23 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .endpoints import get_for_human, public
-from .errors import Conflict, Invalid
+from . import inputs
+from .endpoints import EXPIRES_MAX_SECONDS, EXPIRES_MIN_SECONDS, get_for_human, public
+from .errors import Conflict
 from .models import Core, HumanCaller
 from .queries import Q, one
 
-EXPIRES_MIN_SECONDS = 60
-EXPIRES_MAX_SECONDS = 10 * 366 * 86400
 LEASE_MIN_SECONDS, LEASE_MAX_SECONDS = 60, 86400
 UNSET = object()
-
-
-def _seconds(value: Any, argument: str, low: int, high: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise Invalid(f"{argument} must be null or an integer from {low} to {high}", argument=argument)
-    return value
 
 
 async def change(core: Core, human: HumanCaller, slug: Any, *, expires_in_seconds: Any = UNSET,
@@ -31,9 +22,9 @@ async def change(core: Core, human: HumanCaller, slug: Any, *, expires_in_second
     one of the human's active endpoints; a field left out stays as it is. A revoked endpoint is a
     conflict; another human's is not_found."""
     set_expiry, set_lease = expires_in_seconds is not UNSET, default_lease_ttl_seconds is not UNSET
-    expires = _seconds(expires_in_seconds, "expires_in_seconds", EXPIRES_MIN_SECONDS,
+    expires = inputs.seconds_or_none(expires_in_seconds, "expires_in_seconds", EXPIRES_MIN_SECONDS,
                        EXPIRES_MAX_SECONDS) if set_expiry else None
-    lease = _seconds(default_lease_ttl_seconds, "default_lease_ttl_seconds", LEASE_MIN_SECONDS,
+    lease = inputs.seconds_or_none(default_lease_ttl_seconds, "default_lease_ttl_seconds", LEASE_MIN_SECONDS,
                      LEASE_MAX_SECONDS) if set_lease else None
     row = await get_for_human(core, human, slug)
     async with core.pool.connection() as conn, conn.transaction():

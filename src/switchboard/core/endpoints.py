@@ -3,7 +3,7 @@ scopes, revocation and expiry with the cascade onto their todos."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -13,6 +13,10 @@ from .models import DEFAULT_VERBS, VERBS, Core, EndpointCaller, HumanCaller, eff
 from .queries import Q, one
 from .secrets import display_prefix, new_credential, new_slug, same, sha256
 from .states import HELD_STATES, AttemptOutcome
+
+# How far ahead an endpoint's expiry may be set, at its vend or later (endpoint_terms.change).
+EXPIRES_MIN_SECONDS = 60
+EXPIRES_MAX_SECONDS = 10 * 366 * 86400  # ten years
 
 
 def public(row: dict[str, Any]) -> dict[str, Any]:
@@ -35,8 +39,9 @@ def caller_from_row(row: dict[str, Any], session_id: str | None = None) -> Endpo
 
 async def vend(core: Core, human: HumanCaller, *, agent: Any, queues: list[str] | None = None,
                verbs: list[str] | None = None, lease_ttl: Any = None,
-               expires_at: datetime | None = None) -> tuple[dict[str, Any], str]:
-    """Vend an endpoint for one of the human's agents. Returns (endpoint, credential shown once)."""
+               expires_in_seconds: Any = None) -> tuple[dict[str, Any], str]:
+    """Vend an endpoint for one of the human's agents, expiring `expires_in_seconds` from now (never
+    when None). Returns (endpoint, credential shown once)."""
     agent_name = inputs.text(agent, "agent", max_chars=64, required=True)
     queue_list = list(dict.fromkeys(inputs.queue(q) for q in inputs.string_list(queues or ["inbox"], "queue")))
     verb_list = list(dict.fromkeys(inputs.string_list(verbs or DEFAULT_VERBS, "verb")))
@@ -46,8 +51,9 @@ async def vend(core: Core, human: HumanCaller, *, agent: Any, queues: list[str] 
     if lease_ttl is not None and (isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int)
                                   or not 60 <= lease_ttl <= 86400):
         raise Invalid("lease_ttl must be from 60 to 86400 seconds", argument="lease_ttl")
-    if expires_at is not None and not isinstance(expires_at, datetime):
-        raise Invalid("expires_at must be a timestamp", argument="expires_at")
+    seconds = inputs.seconds_or_none(expires_in_seconds, "expires_in_seconds", EXPIRES_MIN_SECONDS,
+                                     EXPIRES_MAX_SECONDS)
+    expires_at = None if seconds is None else datetime.now(UTC) + timedelta(seconds=seconds)
     credential = new_credential()
     async with core.pool.connection() as conn, conn.transaction():
         cur = await conn.execute(Q.endpoints.upsert_agent, {"human_id": human.human_id, "name": agent_name})

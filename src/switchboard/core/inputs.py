@@ -221,6 +221,15 @@ def state(value: object, states: tuple[str, ...] = TODO_STATES, argument: str = 
     return value
 
 
+def seconds_or_none(value: object, argument: str, low: int, high: int) -> int | None:
+    """A number of seconds from `low` to `high`, or None (nothing set, or cleared)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise Invalid(f"{argument} must be null or an integer from {low} to {high}", argument=argument)
+    return value
+
+
 def count(value: object, argument: str, *, default: int, low: int, high: int) -> int:
     """A non-negative integer option; None is the default, values are clamped to [low, high]."""
     if value is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel
@@ -118,12 +117,10 @@ def _with_url(call: Call, ep: dict) -> dict:
 
 async def vend(call: Call) -> Response:
     f = call.fields()
-    seconds = f.get("expires_in_seconds")
-    expires_at = datetime.now(UTC) + timedelta(seconds=seconds) if seconds else None
     try:
         ep, credential = await endpoints.vend(call.core, call.human, agent=f.get("agent"), queues=f.get("queues"),
                                               verbs=f.get("verbs"), lease_ttl=f.get("lease_ttl"),
-                                              expires_at=expires_at)
+                                              expires_in_seconds=f.get("expires_in_seconds"))
     except Invalid as exc:  # the core names one queue or verb (the CLI's repeatable flags); the body has lists
         if exc.argument in ("queue", "verb"):
             exc.argument += "s"
