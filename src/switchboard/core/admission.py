@@ -477,7 +477,9 @@ async def held_back(core: Core, keys: set[QueueKey]) -> set[QueueKey]:
 
 
 async def status_for_endpoint(core: Core, caller: EndpointCaller, queue: object = None) -> list[dict[str, Any]]:
-    """The read-only `admission_status` verb: the policies of the endpoint's queues (or one of them)."""
+    """The read-only `admission_status` verb: the policies of the endpoint's queues (or one of them), in
+    the shape its owner reads (`public`): `endpoint` is this endpoint's own slug (already in its MCP URL)
+    for its own queues, null for a team queue."""
     if queue is not None:
         label = inputs.queue(queue)
         if label not in caller.queues:
@@ -493,9 +495,4 @@ async def status_for_endpoint(core: Core, caller: EndpointCaller, queue: object 
                                                              "team_queues": team_labels})
             team_ids = [r["team_id"] for r in await cur.fetchall()]
     params = {"queues": queues, "endpoint_ids": [caller.endpoint_id], "team_ids": team_ids}
-    out = []
-    for r in await _status_rows(core, params):
-        item = public(r)
-        item.pop("endpoint", None)
-        out.append(item)
-    return out
+    return [public(r) for r in await _status_rows(core, params)]

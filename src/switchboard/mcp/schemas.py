@@ -371,6 +371,8 @@ ADMISSION_STATUS_RESULT = {
     "properties": {"policies": {"type": "array", "description": "One per policed queue; [] when none.",
                                 "items": {"type": "object", "properties": {
                                     "queue": _t("string", "The queue."),
+                                    "endpoint": _t(["string", "null"], "This endpoint's slug for its own "
+                                                                       "queue; null for a team queue."),
                                     "status": _t("string", "open, paused, window_exhausted or in_flight_full."),
                                     "max_in_flight": _t(["integer", "null"], "Cap on leases held at once."),
                                     "in_flight": _t("integer", "Leases held now."),
