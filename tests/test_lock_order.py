@@ -12,6 +12,10 @@
   endpoint. It used to delete a later grant first and then wait for the endpoint.
 - A claim over own and team queues share-locks the endpoint before it locks any of its own todos, as
   a revocation updates the endpoint and then locks the todos. It used to lock an own todo first.
+- A transition whose trigger queues a notification for a hook (or sink) that a human is removing:
+  the trigger reads the hooks it queues rows for with the lock the outbox's foreign key takes, so it
+  waits for the removal and then skips the hook. It used to read the hook unlocked and fail its
+  foreign-key check once the removal committed (23503), rolling back the transition itself.
 
 Each interleaving is forced: a third transaction holds the row that both wait for, so each statement
 has taken whatever it takes before that row comes free.
@@ -172,3 +176,68 @@ async def test_a_revocation_during_a_claim_over_own_and_team_queues_does_not_dea
     assert got is None and revoked["state"] == "revoked"  # nothing claimable once revoked
     states = await sql(core, "SELECT state FROM todos WHERE id = ANY(%s)", (own,))
     assert {r["state"] for r in states} == {"failed"}
+
+
+async def while_removed(uri: str, delete_sql: str, params, start):
+    """Run `start` while another transaction has deleted a row (`delete_sql`) and not yet committed;
+    commit the delete once `start` waits for it, and return what `start` returned."""
+    async with await psycopg.AsyncConnection.connect(uri) as remover:
+        await remover.execute(delete_sql, params)
+        task = asyncio.create_task(start())
+        await waiting_for_locks(uri, 1)
+        await remover.commit()
+    return await asyncio.wait_for(task, 15)
+
+
+async def test_a_complete_while_its_hook_is_removed_commits_without_the_hooks_row(own_core):
+    core = own_core
+    w = await make_world(core)
+    hook, _ = await hooks.add(core, w.h1, w.slug1, url="https://hooks.example.com/in")
+    t = await w.todo()
+    await todos.claim(core, w.e1, t["id"])
+    done = await while_removed(core.uri, "DELETE FROM notify_hooks WHERE id = %s", (hook["hook_id"],),
+                               lambda: todos.complete(core, w.e1, t["id"], summary="ok"))
+    assert done["state"] == "done"
+    assert await sql(core, "SELECT id FROM hook_outbox") == []
+    assert [r["outcome"] for r in await sql(core, "SELECT outcome FROM todo_attempts WHERE todo_id = %s",
+                                             (t["id"],))] == ["completed"]
+
+
+async def test_a_push_while_its_hook_is_removed_commits_without_the_hooks_rows(own_core):
+    core = own_core
+    w = await make_world(core)
+    hook, _ = await hooks.add(core, w.h1, w.slug1, url="https://hooks.example.com/in")
+    t = await while_removed(core.uri, "DELETE FROM notify_hooks WHERE id = %s", (hook["hook_id"],), w.todo)
+    assert t["state"] == "pending"
+    assert await sql(core, "SELECT id FROM hook_outbox") == []
+
+
+async def test_a_team_push_while_the_teams_hook_is_removed_commits_without_the_hooks_rows(own_core):
+    core = own_core
+    fleet = await make_fleet(core, members=1, endpoints=1)
+    hook, _ = await hooks.add_for_team(core, fleet.humans[0], fleet.slug, url="https://hooks.example.com/in")
+    first = await fleet.push("before")
+    assert len(await sql(core, "SELECT id FROM hook_outbox")) == 2  # created and ready
+    await todos.claim(core, fleet.endpoints[0], first["id"])
+    done = await while_removed(core.uri, "DELETE FROM notify_hooks WHERE id = %s", (hook["hook_id"],),
+                               lambda: todos.complete(core, fleet.endpoints[0], first["id"]))
+    assert done["state"] == "done"
+    hook2, _ = await hooks.add_for_team(core, fleet.humans[0], fleet.slug, url="https://hooks.example.com/in")
+    t = await while_removed(core.uri, "DELETE FROM notify_hooks WHERE id = %s", (hook2["hook_id"],),
+                            lambda: fleet.push("during"))
+    assert t["state"] == "pending"
+    assert await sql(core, "SELECT id FROM hook_outbox") == []
+
+
+async def test_a_dead_letter_while_its_sink_is_removed_commits_without_the_sinks_message(own_core):
+    core = own_core
+    w = await make_world(core)
+    mine = await sinks.add(core, w.h1, kind="slack", url="https://hooks.example.com/a", events=["dead_letter"])
+    kept = await sinks.add(core, w.h1, kind="slack", url="https://hooks.example.com/b", events=["dead_letter"])
+    t = await w.todo(max_attempts=1)
+    await todos.claim(core, w.e1, t["id"])
+    failed = await while_removed(core.uri, "DELETE FROM notification_sinks WHERE id = %s", (mine["sink_id"],),
+                                 lambda: todos.fail(core, w.e1, t["id"], summary="gave up"))
+    assert failed["dead_letter"]
+    queued = await sql(core, "SELECT sink_id FROM sink_outbox")
+    assert [str(r["sink_id"]) for r in queued] == [str(kept["sink_id"])]  # the other sink still hears
