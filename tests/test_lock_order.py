@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 
@@ -241,3 +241,19 @@ async def test_a_dead_letter_while_its_sink_is_removed_commits_without_the_sinks
     assert failed["dead_letter"]
     queued = await sql(core, "SELECT sink_id FROM sink_outbox")
     assert [str(r["sink_id"]) for r in queued] == [str(kept["sink_id"])]  # the other sink still hears
+
+
+async def test_a_sink_tick_while_a_sink_is_removed_queues_for_the_others(own_core):
+    """The tick locks the sinks it may write for before it reads them; it used to queue the stuck
+    queue's row for the sink being removed and fail its foreign-key check when the removal committed."""
+    core = own_core
+    w = await make_world(core)
+    going = await sinks.add(core, w.h1, kind="slack", url="https://hooks.example.com/a", events=["queue_stuck"])
+    kept = await sinks.add(core, w.h1, kind="slack", url="https://hooks.example.com/b", events=["queue_stuck"])
+    await w.todo()
+    later = datetime.now(UTC) + timedelta(hours=2)
+    queued = await while_removed(core.uri, "DELETE FROM notification_sinks WHERE id = %s", (going["sink_id"],),
+                                 lambda: sinks.tick(core, now=later))
+    assert queued["queue_stuck"] == 1
+    rows = await sql(core, "SELECT sink_id FROM sink_outbox UNION ALL SELECT sink_id FROM sink_stuck_queues")
+    assert {str(r["sink_id"]) for r in rows} == {str(kept["sink_id"])}

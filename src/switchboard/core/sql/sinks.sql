@@ -103,6 +103,16 @@ SELECT o.id, o.sink_id, o.event, o.state, o.attempts, o.created_at, o.finished_a
  ORDER BY o.id DESC
  LIMIT %(limit)s
 
+-- name: lock_ticked_sinks
+-- The sinks a tick may queue messages for, locked first and in id order with the lock the outbox's
+-- foreign key takes (migration 0036): a sink being removed makes this wait, and is gone from what the
+-- tick reads next; a sink locked here is removed only after the tick commits. Without it the tick
+-- queued rows for a sink whose removal was in flight and failed its foreign-key check.
+SELECT id FROM notification_sinks
+ WHERE enabled AND ('queue_stuck' = ANY(events) OR 'digest' = ANY(events))
+ ORDER BY id
+   FOR KEY SHARE
+
 -- name: mark_stuck
 -- A queue is stuck for a sink when one of its todos has been claimable (pending since it was
 -- created or last returned to the queue) for longer than the sink's stuck_minutes: nothing claimed
