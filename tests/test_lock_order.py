@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from core_world import make_world, sql
-from switchboard.core import endpoints, hooks, sinks, teams, todos
+from switchboard.core import endpoints, hooks, producer, sinks, teams, todos
 from switchboard.core.errors import Unauthorized
 from team_world import make_fleet
 
@@ -257,3 +257,23 @@ async def test_a_sink_tick_while_a_sink_is_removed_queues_for_the_others(own_cor
     assert queued["queue_stuck"] == 1
     rows = await sql(core, "SELECT sink_id FROM sink_outbox UNION ALL SELECT sink_id FROM sink_stuck_queues")
     assert {str(r["sink_id"]) for r in rows} == {str(kept["sink_id"])}
+
+
+async def test_keyed_bulk_pushes_naming_keys_in_other_orders_do_not_deadlock(own_core):
+    """Batch a inserts k1 and waits for k0, held here by an uncommitted todo; batch b names k2 then
+    k1. Without turns, b inserted k2 and waited for a's k1, and a, once k0 came free, waited for b's
+    k2. Keyed batches of one endpoint now take turns, so b waits for a to finish."""
+    core = own_core
+    w = await make_world(core)
+
+    def items(*keys):
+        return [{"title": k, "key": k} for k in keys]
+
+    a, b = await holding(
+        core.uri, "INSERT INTO todos (id, endpoint_id, queue, title, idempotency_key)"
+                  " VALUES ('td_held', %s, 'inbox', 'held', 'k0')", (w.e1.endpoint_id,),
+        (lambda: producer.push_many(core, w.h1, w.slug1, items("k1", "k0", "k2")), 1),
+        (lambda: producer.push_many(core, w.h1, w.slug1, items("k2", "k1")), 2))
+    assert [created for _, created in a] == [True, True, True]
+    assert [created for _, created in b] == [False, False]
+    assert [t["id"] for t, _ in b] == [a[2][0]["id"], a[0][0]["id"]]

@@ -16,6 +16,10 @@ from .models import Core, HumanCaller
 from .queries import Q
 from .states import TodoState
 
+# The advisory lock class keyed batches of one endpoint (or team) take turns under; the object is
+# the hash of the endpoint's (team's) id. Apart from the sweeps' single-key locks (sweeps.py).
+LOCK_KEYED_PUSH = 0x5377_0020
+
 
 async def push_team(core: Core, human: HumanCaller, queue: str, *, title: str, payload: JsonValue = None,
                     kind: str | None = None, key: str | None = None, max_attempts: int | None = None,
@@ -368,6 +372,7 @@ async def _create_batch(core: Core, owner: _Owner, source: str,
     keyed = any(k is not None for k in keys)
     if keyed:
         params["keys"] = _encode(keys)
+        params["turn_class"] = LOCK_KEYED_PUSH
     conn = await core.pool.getconn()
     try:
         if owner.team_id is not None:

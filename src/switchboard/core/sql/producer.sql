@@ -16,12 +16,17 @@
 -- live todo holding its key, read from the statement's snapshot (payload included), or with a null id
 -- when none is visible (a duplicate committed while this statement waited on it: the caller runs it
 -- once more). When every item was inserted, that second part is not run at all.
-WITH live AS (
+-- Keyed batches of one endpoint take turns (`turn`, a transaction-level advisory lock on the
+-- endpoint): each inserts its keys in input order, so two batches naming the same keys in different
+-- orders would each insert one and wait for the other's (D66).
+WITH turn AS (
+    SELECT pg_advisory_xact_lock(%(turn_class)s::int, hashtext(%(endpoint_id)s::text))
+), live AS (
     -- As in todos.create: only while the endpoint is live, its row share-locked until commit, so a
     -- revocation either waits for this batch and dead-letters it or commits first and nothing is made.
-    SELECT e.id FROM endpoints e
+    SELECT e.id FROM endpoints e CROSS JOIN turn
      WHERE e.id = %(endpoint_id)s AND e.state = 'active' AND (e.expires_at IS NULL OR e.expires_at > now())
-       FOR SHARE
+       FOR SHARE OF e
 ), made AS (
     INSERT INTO todos (id, endpoint_id, queue, source, kind, title, payload, idempotency_key, assignee,
                        max_attempts)
@@ -69,11 +74,14 @@ SELECT 0 AS batch_ord, count(*)::int AS batch_made, now() AS created_at FROM mad
 -- create_batch on the queues of a team (each item's queue is a label of that team), pushed by a member:
 -- inserts only while %(human_id)s is a member, the membership row share-locked until commit (a removal
 -- waits for the batch or commits first and nothing is made), as `todos.create_team` does. Keys are the
--- team's (the same partial unique index as a single team push).
-WITH live AS (
-    SELECT m.team_id FROM team_members m
+-- team's (the same partial unique index as a single team push). Keyed batches of one team take turns,
+-- as create_batch's of one endpoint do.
+WITH turn AS (
+    SELECT pg_advisory_xact_lock(%(turn_class)s::int, hashtext(%(team_id)s::text))
+), live AS (
+    SELECT m.team_id FROM team_members m CROSS JOIN turn
      WHERE m.team_id = %(team_id)s AND m.human_id = %(human_id)s
-       FOR SHARE
+       FOR SHARE OF m
 ), made AS (
     INSERT INTO todos (id, team_id, queue, source, kind, title, payload, idempotency_key, assignee, max_attempts)
     SELECT i.id, %(team_id)s, i.queue, %(source)s, i.kind, i.title, nullif(i.payload, 'null'), i.key,
