@@ -277,3 +277,25 @@ async def test_keyed_bulk_pushes_naming_keys_in_other_orders_do_not_deadlock(own
     assert [created for _, created in a] == [True, True, True]
     assert [created for _, created in b] == [False, False]
     assert [t["id"] for t, _ in b] == [a[2][0]["id"], a[0][0]["id"]]
+
+
+async def test_a_member_removed_during_a_group_claim_of_their_two_endpoints_does_not_deadlock(own_core):
+    """A fleet's group claim of the member's endpoints b then a (a's id the lower) share-locked b's grant
+    and b's endpoint, held here, then a's grant; the removal locks the member's grants in key order, a's
+    and then b's. The group now locks the grants in key order too."""
+    core = own_core
+    fleet = await make_fleet(core, members=2, endpoints=0)
+    one = await fleet.vend(1, agent="one", queues=[fleet.label])
+    two = await fleet.vend(1, agent="two", queues=[fleet.label])
+    a, b = sorted([one, two], key=lambda c: c.endpoint_id)
+    for n in range(2):
+        await fleet.push(f"t{n}")
+    claims = [todos.FleetClaim(c, fleet.label, {"ttl": 60, "claimant": None}, None) for c in (b, a)]
+    got, removed = await holding(
+        core.uri, "SELECT 1 FROM endpoints WHERE id = %s FOR UPDATE", (b.endpoint_id,),
+        (lambda: todos._claim_fleet(core, fleet.label, claims, False), 1),
+        (lambda: teams.remove_member(core, fleet.humans[0], fleet.slug, fleet.humans[1].name), 2))
+    assert got is not None and len(got[1]) == 2  # the group claimed first, one todo each
+    assert removed["leases_handed_back"] == 2  # then the removal handed both back
+    rows = await sql(core, "SELECT state FROM todos")
+    assert [r["state"] for r in rows] == ["pending", "pending"]

@@ -400,11 +400,15 @@ unnest(%(claimers)s::uuid[], %(owners)s::text[], %(sessions)s::text[], %(claiman
 -- (tests/test_plan_cache.py; docs/benchmarks.md, "Team queues and admission"). `assigned` and
 -- `free` are MATERIALIZED for that, and `free` is one row of arrays read by position, not joined.
 , reach AS (
+    -- Locked in the grants' key order (the endpoint's id, the queue being one), not in the calls'
+    -- order: a member's removal locks their grants in key order (teams.sql lock_member_grants), and a
+    -- group holding one of them while it waited for another locked by the removal deadlocked (D65).
     SELECT i.*, g.team_id FROM items i
       JOIN team_grants g ON g.endpoint_id = i.claimer AND g.queue = %(queue)s
       JOIN team_members m ON m.team_id = g.team_id AND m.human_id = g.human_id
       JOIN endpoints e ON e.id = g.endpoint_id AND e.state = 'active'
                       AND (e.expires_at IS NULL OR e.expires_at > now())
+     ORDER BY g.endpoint_id
        FOR SHARE OF g, e
 ), cand AS (
     SELECT x.id, x.state, x.attempts_total, x.created_at, x.assignee
