@@ -299,3 +299,22 @@ async def test_a_member_removed_during_a_group_claim_of_their_two_endpoints_does
     assert removed["leases_handed_back"] == 2  # then the removal handed both back
     rows = await sql(core, "SELECT state FROM todos")
     assert [r["state"] for r in rows] == ["pending", "pending"]
+
+
+async def test_a_team_deleted_while_an_agent_completes_its_todo_does_not_deadlock(own_core):
+    """The complete holds its todo and waits for its open attempt, held here; the delete's cascade
+    deleted the team's hook and then waited for the todo, and the complete's trigger, once the attempt
+    came free, waited for that hook. The delete now locks the team's members, grants and todos first."""
+    core = own_core
+    fleet = await make_fleet(core, members=1, endpoints=1)
+    await hooks.add_for_team(core, fleet.humans[0], fleet.slug, url="https://hooks.example.com/in",
+                             events=["todo.completed"])
+    t = await fleet.push()
+    await todos.claim(core, fleet.endpoints[0], t["id"])
+    done, deleted = await holding(
+        core.uri, "SELECT 1 FROM todo_attempts WHERE todo_id = %s FOR UPDATE", (t["id"],),
+        (lambda: todos.complete(core, fleet.endpoints[0], t["id"]), 1),
+        (lambda: teams.delete(core, fleet.humans[0], fleet.slug), 2))
+    assert done["state"] == "done"  # the complete first, with its hook's row; then the team went
+    assert deleted["deleted"] is True
+    assert await sql(core, "SELECT id FROM todos UNION ALL SELECT id::text FROM notify_hooks") == []

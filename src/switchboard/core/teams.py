@@ -221,6 +221,9 @@ async def delete(core: Core, actor: HumanCaller, slug: Any) -> dict[str, Any]:
         team = await _membership(conn, actor, slug)
         if team["role"] != "owner":
             raise Forbidden("only a team owner may delete the team", argument="team")
+        for lock in (Q.teams.lock_team, Q.teams.lock_members_to_delete, Q.teams.lock_grants_to_delete,
+                     Q.teams.lock_todos_to_delete):
+            await conn.execute(lock, {"team_id": team["id"]})
         await conn.execute(Q.teams.delete, {"team_id": team["id"]})
     return {"team": team["slug"], "deleted": True}
 

@@ -108,6 +108,21 @@ WITH t AS (
 )
 SELECT u.*, (SELECT to_jsonb(a) FROM a WHERE a.todo_id = u.id) AS closed_attempt FROM u
 
+-- name: lock_members_to_delete
+-- Before `delete`, in its transaction and after lock_team: what the delete's cascades would lock in
+-- whatever order they run, locked first in the order the team's other work locks it (D65). Members
+-- (a team push share-locks the pusher's row), then grants in key order (a claim share-locks them),
+-- then the team's todos in id order (a close holds its todo while its triggers read the team's hooks
+-- and sinks, which the cascade deletes before it reaches the todos). Work already holding one of these
+-- finishes first; work that comes later waits, and then finds the team gone.
+SELECT human_id FROM team_members WHERE team_id = %(team_id)s ORDER BY human_id FOR UPDATE
+
+-- name: lock_grants_to_delete
+SELECT endpoint_id, queue FROM team_grants WHERE team_id = %(team_id)s ORDER BY endpoint_id, queue FOR UPDATE
+
+-- name: lock_todos_to_delete
+SELECT id FROM todos WHERE team_id = %(team_id)s ORDER BY id FOR UPDATE
+
 -- name: delete
 DELETE FROM teams WHERE id = %(team_id)s RETURNING slug
 
