@@ -28,10 +28,11 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+import pytest
 
 from core_world import make_world, sql
-from switchboard.core import endpoints, hooks, producer, sinks, teams, todos
-from switchboard.core.errors import Unauthorized
+from switchboard.core import endpoints, hooks, intakes, producer, sinks, teams, todos
+from switchboard.core.errors import NotFound, Unauthorized
 from team_world import make_fleet
 
 
@@ -318,3 +319,30 @@ async def test_a_team_deleted_while_an_agent_completes_its_todo_does_not_deadloc
     assert done["state"] == "done"  # the complete first, with its hook's row; then the team went
     assert deleted["deleted"] is True
     assert await sql(core, "SELECT id FROM todos UNION ALL SELECT id::text FROM notify_hooks") == []
+
+
+async def test_deliveries_while_their_intake_is_removed_do_not_fail_on_its_foreign_key(own_core):
+    """A delivery routed while its intake's removal was in flight wrote its seen id (or its quarantined
+    copy), waited for the removal and failed its foreign-key check. It now locks the intake first: a
+    todo it made stands, and a delivery it would have quarantined is not_found, as the URL is now."""
+    core = own_core
+    w = await make_world(core)
+    rule = {"name": "all", "filter": "event == 'ping'", "title": "'pinged'"}
+    _, token, _ = await intakes.create(core, w.h1, name="in", endpoint=w.slug1, source="bearer", rules=[rule])
+    intake = await intakes.by_token(core, token)
+
+    def delivery(event: str, n: int) -> dict:
+        return {"event": event, "delivery": f"d-{n}", "headers": {}, "body": {}}
+
+    gone = "DELETE FROM intakes WHERE id = %s"
+    out = await while_removed(core.uri, gone, (intake["id"],),
+                              lambda: intakes.deliver(core, intake, delivery("ping", 1)))
+    assert out["status"] == "accepted"
+    assert [r["title"] for r in await sql(core, "SELECT title FROM todos")] == ["pinged"]
+
+    _, token, _ = await intakes.create(core, w.h1, name="in2", endpoint=w.slug1, source="bearer", rules=[rule])
+    intake = await intakes.by_token(core, token)
+    with pytest.raises(NotFound):
+        await while_removed(core.uri, gone, (intake["id"],),
+                            lambda: intakes.deliver(core, intake, delivery("pong", 2)))  # no rule: quarantine
+    assert await sql(core, "SELECT id FROM intake_quarantine UNION ALL SELECT 0 FROM intake_seen") == []

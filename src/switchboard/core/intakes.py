@@ -22,6 +22,8 @@ import re
 import secrets
 from typing import Any, cast
 
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from . import inputs, intake_rules, producer, shapes
@@ -275,13 +277,20 @@ async def replay(core: Core, human: HumanCaller, ref: Any, item: Any) -> tuple[d
                 "intake_id": intake["id"], "id": held["item_id"], "reason": fault.reason})
         raise Conflict(f"still quarantined: {fault.reason}", argument="rules") from None
     async with core.pool.connection() as conn, conn.transaction():
-        await conn.execute(Q.intakes.quarantine_delete, {"intake_id": intake["id"], "id": held["item_id"]})
-        if created:
-            await conn.execute(Q.intakes.count_replayed, {"id": intake["id"]})
-        if held["delivery"]:
-            await conn.execute(Q.intakes.seen_put, {"intake_id": intake["id"], "delivery": held["delivery"],
-                                                    "todo_id": todo["id"]})
+        if await _lock_live(conn, intake["id"]):  # else removed meanwhile, its quarantine with it
+            await conn.execute(Q.intakes.quarantine_delete, {"intake_id": intake["id"], "id": held["item_id"]})
+            if created:
+                await conn.execute(Q.intakes.count_replayed, {"id": intake["id"]})
+            if held["delivery"]:
+                await conn.execute(Q.intakes.seen_put, {"intake_id": intake["id"], "delivery": held["delivery"],
+                                                        "todo_id": todo["id"]})
     return todo, created
+
+
+async def _lock_live(conn: AsyncConnection[DictRow], intake_id: Any) -> bool:
+    """Lock the intake's row before writing what references it; False when it was removed."""
+    cur = await conn.execute(Q.intakes.lock_live, {"id": intake_id})
+    return await cur.fetchone() is not None
 
 
 async def _for_routing(core: Core, human: HumanCaller, ref: Any) -> dict[str, Any]:
@@ -333,7 +342,8 @@ def _short(value: Any) -> str | None:
 
 async def deliver(core: Core, intake: dict[str, Any], document: dict[str, Any]) -> dict[str, Any]:
     """A verified delivery: a todo (`accepted`), the todo an earlier delivery with this id made
-    (`duplicate`), or a quarantined delivery (`quarantined`) with the reason."""
+    (`duplicate`), or a quarantined delivery (`quarantined`) with the reason. An intake removed
+    while its delivery is quarantined is not_found, as its URL is from then on."""
     delivery = _short(document.get("delivery"))
     counters = {"id": intake["id"], "accepted": 0, "duplicates": 0, "quarantined": 0}
     if delivery:
@@ -353,15 +363,18 @@ async def deliver(core: Core, intake: dict[str, Any], document: dict[str, Any]) 
         log.info("intake delivery quarantined", extra={"event": "intake.quarantined", "target": str(intake["id"])})
         return {"status": "quarantined", "item_id": item, "reason": fault.reason}
     async with core.pool.connection() as conn, conn.transaction():
-        if delivery:
-            await conn.execute(Q.intakes.seen_put, {"intake_id": intake["id"], "delivery": delivery,
-                                                    "todo_id": todo["id"]})
-        await conn.execute(Q.intakes.count_delivery, {**counters, "accepted" if created else "duplicates": 1})
+        if await _lock_live(conn, intake["id"]):  # else removed meanwhile: the todo stands, nothing to count
+            if delivery:
+                await conn.execute(Q.intakes.seen_put, {"intake_id": intake["id"], "delivery": delivery,
+                                                        "todo_id": todo["id"]})
+            await conn.execute(Q.intakes.count_delivery, {**counters, "accepted" if created else "duplicates": 1})
     return {"status": "accepted" if created else "duplicate", "todo_id": todo["id"]}
 
 
 async def _hold(core: Core, intake: dict[str, Any], document: dict[str, Any], delivery: str | None, reason: str) -> int:
     async with core.pool.connection() as conn, conn.transaction():
+        if not await _lock_live(conn, intake["id"]):
+            raise NotFound("intake not found", argument="intake")
         cur = await conn.execute(Q.intakes.quarantine_insert, {
             "intake_id": intake["id"], "event": _short(document.get("event")), "delivery": delivery,
             "document": Jsonb(document), "reason": reason or "quarantined"})

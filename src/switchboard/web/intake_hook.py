@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from ..config import REQUEST_BODY_MAX_BYTES
 from ..core import intakes
+from ..core.errors import NotFound
 from ..core.models import Core
 from ..runtime import Component, Runtime
 
@@ -236,7 +237,10 @@ class IntakeReceiver:
         if source == "github" and event == "ping":
             self.deliveries.labels(source, "ping").inc()
             return JSONResponse({"status": "pong"}, headers=NO_STORE)
-        outcome = await intakes.deliver(core, intake, document(source, request.headers, body, event, delivery))
+        try:
+            outcome = await intakes.deliver(core, intake, document(source, request.headers, body, event, delivery))
+        except NotFound:  # removed while this delivery was being routed
+            return self._refuse("unknown", "unknown_intake", None)
         self.deliveries.labels(source, outcome["status"]).inc()
         answer = {k: outcome[k] for k in ("status", "todo_id") if k in outcome}
         return JSONResponse(answer, status_code=202, headers=NO_STORE)

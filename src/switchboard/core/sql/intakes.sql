@@ -45,6 +45,13 @@ SELECT i.id, i.human_id, i.name, i.queue, i.source, i.secret, i.rules, i.token_h
   FROM intakes i JOIN endpoints e ON e.id = i.endpoint_id JOIN humans h ON h.id = i.human_id
  WHERE i.token_hash = %(token_hash)s AND i.enabled AND h.disabled_at IS NULL
 
+-- name: lock_live
+-- The intake's row, first in each transaction that writes rows referencing it (a seen delivery, a
+-- quarantined one) or its counters. A removal in flight makes this wait, and then it matches nothing:
+-- without it, such a write waited for the removal and failed its foreign-key check (23503), and a
+-- replay holding a quarantined row deadlocked with the removal's cascade to it.
+SELECT id FROM intakes WHERE id = %(id)s FOR NO KEY UPDATE
+
 -- name: count_verify_failure
 UPDATE intakes SET verify_failures = verify_failures + 1, last_failure_at = now() WHERE id = %(id)s
 
