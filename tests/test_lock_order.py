@@ -31,8 +31,9 @@ import psycopg
 import pytest
 
 from core_world import make_world, sql
-from switchboard.core import endpoints, hooks, intakes, producer, sinks, teams, todos
+from switchboard.core import endpoints, hooks, intakes, producer, secrets, signin_failures, sinks, teams, todos
 from switchboard.core.errors import NotFound, Unauthorized
+from switchboard.core.queries import Q
 from team_world import make_fleet
 
 
@@ -346,3 +347,23 @@ async def test_deliveries_while_their_intake_is_removed_do_not_fail_on_its_forei
         await while_removed(core.uri, gone, (intake["id"],),
                             lambda: intakes.deliver(core, intake, delivery("pong", 2)))  # no rule: quarantine
     assert await sql(core, "SELECT id FROM intake_quarantine UNION ALL SELECT 0 FROM intake_seen") == []
+
+
+async def test_the_sign_in_prune_skips_rows_a_sign_in_holds(own_core):
+    """A sign-in's success deletes its (account, address) row and updates its address row; the prune
+    deleted long-quiet rows in the order it met them, so the two could each hold one of a pair and
+    wait for the other. The prune now skips a held row (it goes another time), and a success locks
+    its two rows in key order, as the judging of an attempt does."""
+    core = own_core
+    pair, address = ("acct|10.0.0.1", 3), ("10.0.0.1", 10)
+    assert await signin_failures.attempt(core, [pair, address], max_wait=60, forget=3600) == 0
+    await sql(core, "UPDATE signin_failures SET last_at = now() - interval '2 hours' RETURNING 1")
+    held = secrets.sha256(address[0])
+    async with await psycopg.AsyncConnection.connect(core.uri) as holder:
+        await holder.execute("SELECT 1 FROM signin_failures WHERE key_hash = %s FOR UPDATE", (held,))
+        async with core.pool.connection() as conn:  # would wait for the held row before
+            await asyncio.wait_for(conn.execute(Q.signin_failures.prune, {"forget": 3600}), 5)
+        await holder.rollback()
+    left = await sql(core, "SELECT key_hash FROM signin_failures")
+    assert [bytes(r["key_hash"]) for r in left] == [held]
+    await signin_failures.succeed(core, pair, address)

@@ -2,7 +2,8 @@
 every restart sees the same counts (docs/decisions.md D64; the policy is web/board/throttle.py's).
 
 A key is a text (an account and an address, or an address) with its number of free failures; only
-its SHA-256 is stored. Every call is one statement on its own.
+its SHA-256 is stored. Every call is one transaction, and any that writes several keys' rows locks
+them in key order first.
 """
 
 from __future__ import annotations
@@ -43,17 +44,22 @@ async def attempt(core: Core, keys: Sequence[Key], *, max_wait: int, forget: int
 
 async def confirm(core: Core, keys: Sequence[Key]) -> None:
     """The counted attempt failed: its wait runs from now."""
-    async with core.pool.connection() as conn:
-        await conn.execute(Q.signin_failures.confirm, {"hashes": _hashes(keys)})
+    await _locked(core, Q.signin_failures.confirm, _hashes(keys), {})
 
 
 async def forgive(core: Core, keys: Sequence[Key]) -> None:
     """Take one counted failure back from each key."""
-    async with core.pool.connection() as conn:
-        await conn.execute(Q.signin_failures.forgive, {"hashes": _hashes(keys)})
+    await _locked(core, Q.signin_failures.forgive, _hashes(keys), {})
 
 
 async def succeed(core: Core, pair: Key, address: Key) -> None:
     """The password was right: forget the pair's failures and take the address's count back."""
-    async with core.pool.connection() as conn:
-        await conn.execute(Q.signin_failures.succeed, {"pair": sha256(pair[0]), "address": sha256(address[0])})
+    hashes = [sha256(pair[0]), sha256(address[0])]
+    await _locked(core, Q.signin_failures.succeed, hashes, {"pair": hashes[0], "address": hashes[1]})
+
+
+async def _locked(core: Core, statement: str, hashes: list[bytes], params: dict[str, object]) -> None:
+    """Run `statement` on the keys' rows after locking them in key order, in one transaction."""
+    async with core.pool.connection() as conn, conn.transaction():
+        await conn.execute(Q.signin_failures.lock_keys, {"hashes": hashes})
+        await conn.execute(statement, {"hashes": hashes, **params})

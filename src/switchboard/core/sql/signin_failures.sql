@@ -47,5 +47,16 @@ UPDATE signin_failures SET failures = failures - 1 WHERE key_hash = ANY(%(hashes
 WITH forgotten AS (DELETE FROM signin_failures WHERE key_hash = %(pair)s)
 UPDATE signin_failures SET failures = failures - 1 WHERE key_hash = %(address)s AND failures > 0
 
+-- name: lock_keys
+-- Before confirm, forgive or succeed, in its transaction: the keys' rows in key order, as `judge`
+-- locks them. Updated in the order a scan met them, two statements on the same keys could each hold
+-- one row and wait for the other.
+SELECT key_hash FROM signin_failures WHERE key_hash = ANY(%(hashes)s::bytea[]) ORDER BY key_hash FOR UPDATE
+
 -- name: prune
-DELETE FROM signin_failures WHERE failures <= 0 OR last_at < now() - make_interval(secs => %(forget)s)
+-- Rows a sign-in holds are skipped (pruned another time): the prune never waits for one, so it cannot
+-- hold one row while a sign-in holds the next.
+DELETE FROM signin_failures
+ WHERE key_hash IN (SELECT key_hash FROM signin_failures
+                     WHERE failures <= 0 OR last_at < now() - make_interval(secs => %(forget)s)
+                       FOR UPDATE SKIP LOCKED)
