@@ -116,7 +116,7 @@ WITH t AS (
       FROM t
      WHERE x.id = t.id
     RETURNING x.*
-)
+){{completed_hooks}}
 SELECT u.*, NULL::jsonb AS closed_attempt FROM u
 """
 
@@ -204,7 +204,7 @@ NO_ATTEMPTS_COMPLETE_BATCH = """
       FROM t
      WHERE x.id = t.id
     RETURNING x.*
-)
+){{completed_hooks}}
 SELECT u.*, NULL::jsonb AS closed_attempt FROM u
 """
 

@@ -477,7 +477,7 @@ WITH t AS (
 
 -- name: complete_each
 -- The rest of complete_batch after `t` (held_batch or fleet_held_batch): each held todo done, its
--- open attempt closed `completed` with the item's report. Each CTE passes on what the next needs
+-- open attempt closed `completed` with the item's report, and its hooks' todo.completed queued. Each CTE passes on what the next needs
 -- (RETURNING may name the FROM items), so no step joins back to `t` or `a` by scanning it.
 , a AS (
     UPDATE todo_attempts a
@@ -487,12 +487,40 @@ WITH t AS (
      WHERE {{held_attempt_each}}
     RETURNING a.*, t.result AS item_result
 )
-UPDATE todos x
-   SET state = 'done', result = a.item_result, lease_expires_at = NULL, completed_at = now(),
-       updated_at = now()
-  FROM a
- WHERE x.id = a.todo_id
-RETURNING x.*, {{closed_columns}}
+, u AS (
+    UPDATE todos x
+       SET state = 'done', result = a.item_result, lease_expires_at = NULL, completed_at = now(),
+           updated_at = now()
+      FROM a
+     WHERE x.id = a.todo_id
+    RETURNING x.*, {{closed_columns}}
+){{completed_hooks}}
+SELECT * FROM u
+
+-- name: completed_hooks
+-- After `u`, the todos a statement completed: todo.completed queued for each enabled hook of their
+-- endpoint (or team) that subscribes to it, as the transition trigger queues the other events, with
+-- the same body (migration 0037: a completion no longer runs that trigger row by row). The hooks are
+-- read with the lock the outbox's foreign key takes, so a hook being removed is waited for and then
+-- skipped (migration 0036). Two inserts, each looked up by its own index: a lock cannot be taken
+-- through UNION ALL.
+, endpoint_hooks AS (
+    INSERT INTO hook_outbox (hook_id, event, todo_id, body)
+    SELECT h.id, 'todo.completed', u.id,
+           switchboard_hook_body(u.id, u.queue, u.kind, u.source, u.title, u.attempt, u.attempts_total,
+                                 h.endpoint_slug, NULL, '{"type": "todo.completed"}'::jsonb)
+      FROM u JOIN notify_hooks h ON h.endpoint_id = u.endpoint_id
+     WHERE h.enabled AND 'todo.completed' = ANY(h.events)
+       FOR KEY SHARE OF h
+), team_hooks AS (
+    INSERT INTO hook_outbox (hook_id, event, todo_id, body)
+    SELECT h.id, 'todo.completed', u.id,
+           switchboard_hook_body(u.id, u.queue, u.kind, u.source, u.title, u.attempt, u.attempts_total,
+                                 NULL, h.team_slug, '{"type": "todo.completed"}'::jsonb)
+      FROM u JOIN notify_hooks h ON h.team_id = u.team_id
+     WHERE h.enabled AND 'todo.completed' = ANY(h.events)
+       FOR KEY SHARE OF h
+)
 
 -- name: fail_each
 -- The rest of fail_batch after `t`: each held todo failed with its own retry choice and backoff.

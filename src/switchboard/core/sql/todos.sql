@@ -263,7 +263,7 @@ RETURNING x.*
       FROM a
      WHERE x.id = a.todo_id
     RETURNING x.*
-)
+){{completed_hooks}}
 SELECT u.*, {{closed_columns}} FROM u JOIN a ON a.todo_id = u.id
 
 -- name: fail
