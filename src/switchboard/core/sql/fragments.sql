@@ -477,8 +477,9 @@ WITH t AS (
 
 -- name: complete_each
 -- The rest of complete_batch after `t` (held_batch or fleet_held_batch): each held todo done, its
--- open attempt closed `completed` with the item's report, and its hooks' todo.completed queued. Each CTE passes on what the next needs
--- (RETURNING may name the FROM items), so no step joins back to `t` or `a` by scanning it.
+-- open attempt closed `completed` with the item's report, and its hooks' todo.completed queued. Each
+-- CTE passes on what the next needs (RETURNING may name the FROM items), so no step joins back to `t`
+-- or `a` by scanning it.
 , a AS (
     UPDATE todo_attempts a
        SET ended_at = now(), outcome = 'completed', disposition = 'done',
