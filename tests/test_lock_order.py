@@ -367,3 +367,29 @@ async def test_the_sign_in_prune_skips_rows_a_sign_in_holds(own_core):
     left = await sql(core, "SELECT key_hash FROM signin_failures")
     assert [bytes(r["key_hash"]) for r in left] == [held]
     await signin_failures.succeed(core, pair, address)
+
+
+async def test_a_sink_tick_while_a_team_is_deleted_does_not_deadlock(own_core):
+    """The tick waits to record the team's stuck queue, behind an uncommitted copy of that row held here
+    (written without foreign-key checks, so it holds neither the team nor the sink). It held the team's
+    sink and waited for the team through the row's foreign key, while the deletion held the team and
+    waited for the sink. The tick now locks the teams it watches before their sinks."""
+    core = own_core
+    fleet = await make_fleet(core, members=1, endpoints=1)
+    sink = await sinks.add_for_team(core, fleet.humans[0], fleet.slug, kind="slack",
+                                    url="https://hooks.example.com/t", events=["queue_stuck"])
+    await fleet.push()
+    team_id = (await sql(core, "SELECT id FROM teams"))[0]["id"]
+    later = datetime.now(UTC) + timedelta(hours=2)
+    async with await psycopg.AsyncConnection.connect(core.uri) as holder:
+        await holder.execute("SET LOCAL session_replication_role = replica")
+        await holder.execute("INSERT INTO sink_stuck_queues (sink_id, team_id, queue, since)"
+                             " VALUES (%s, %s, %s, now())", (sink["sink_id"], team_id, fleet.label))
+        tick = asyncio.create_task(sinks.tick(core, now=later))
+        await waiting_for_locks(core.uri, 1)
+        delete = asyncio.create_task(teams.delete(core, fleet.humans[0], fleet.slug))
+        await waiting_for_locks(core.uri, 2)
+        await holder.rollback()
+    queued, deleted = await asyncio.wait_for(asyncio.gather(tick, delete), 15)
+    assert queued["queue_stuck"] == 1 and deleted["deleted"] is True  # the tick first, then the team went
+    assert await sql(core, "SELECT 1 FROM notification_sinks UNION ALL SELECT 1 FROM sink_stuck_queues") == []

@@ -383,6 +383,7 @@ async def tick(core: Core, *, now: datetime | None = None) -> dict[str, Any]:
         cur = await conn.execute(Q.sweeps.try_lock, {"key": LOCK_SINK_TICK})
         if not (await one(cur))["locked"]:
             return queued
+        await conn.execute(Q.sinks.lock_ticked_teams, {})  # teams, then sinks: a team's deletion's order
         await conn.execute(Q.sinks.lock_ticked_sinks, {})
         cur = await conn.execute(Q.sinks.mark_stuck, {"now": now})
         queued["queue_stuck"] = len(await cur.fetchall())

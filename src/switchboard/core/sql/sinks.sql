@@ -103,6 +103,19 @@ SELECT o.id, o.sink_id, o.event, o.state, o.attempts, o.created_at, o.finished_a
  ORDER BY o.id DESC
  LIMIT %(limit)s
 
+-- name: lock_ticked_teams
+-- Before lock_ticked_sinks: the teams whose queues a sink watches (the team of a team's own sink, and
+-- the teams where a sink's human is a manager), locked in id order with the lock a stuck-queue row's
+-- foreign key takes. A team's deletion locks the team first and reaches its sinks through the cascade;
+-- a tick that held a sink and then waited for the team, through that foreign key, deadlocked with it.
+SELECT tm.id FROM teams tm
+ WHERE EXISTS (SELECT 1 FROM notification_sinks s
+                WHERE s.owner_team_id = tm.id AND s.enabled AND 'queue_stuck' = ANY(s.events))
+    OR EXISTS (SELECT 1 FROM team_members m JOIN notification_sinks s ON s.owner_human_id = m.human_id
+                WHERE m.team_id = tm.id AND {{manages}} AND s.enabled AND 'queue_stuck' = ANY(s.events))
+ ORDER BY tm.id
+   FOR KEY SHARE OF tm
+
 -- name: lock_ticked_sinks
 -- The sinks a tick may queue messages for, locked first and in id order with the lock the outbox's
 -- foreign key takes (migration 0036): a sink being removed makes this wait, and is gone from what the
