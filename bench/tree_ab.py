@@ -7,7 +7,8 @@ Two databases on one fresh embedded server (or SWITCHBOARD_DATABASE_URL's): one 
 `--before` and driven with the statements of git revision `--rev` (todos.sql with its fragments, as
 store_bench.py --compare splices them), one migrated to the head and driven with this tree's. What
 differs is everything a change to both the schema and the statements does: triggers, constraints,
-indexes and the SQL itself. Each kind runs the core's own Python path for 3 s per measurement:
+indexes and the SQL itself. The Python is this tree's on both sides, so the revision's statements must
+answer what it reads. Each kind runs the core's own Python path for 3 s per measurement:
 
   core    `todos.claim_next` + `todos.complete`, one todo per call
   batch   `todos.claim_next_batch(max_todos=100)` + one `todos.complete_batch` of what it claimed

@@ -15,10 +15,16 @@
 - A transition whose trigger queues a notification for a hook (or sink) that a human is removing:
   the trigger reads the hooks it queues rows for with the lock the outbox's foreign key takes, so it
   waits for the removal and then skips the hook. It used to read the hook unlocked and fail its
-  foreign-key check once the removal committed (23503), rolling back the transition itself.
+  foreign-key check once the removal committed (23503), rolling back the transition itself. The
+  same for the sink tick's rows and an intake's writes (docs/decisions.md D66).
+- Keyed bulk pushes of one endpoint take turns; a fleet's group claim locks its grants in key order;
+  a team's deletion locks its members, grants and todos before its cascades run; the sink tick locks
+  the teams it watches before their sinks; sign-in counts lock their keys in key order, and their
+  prune skips held rows.
 
-Each interleaving is forced: a third transaction holds the row that both wait for, so each statement
-has taken whatever it takes before that row comes free.
+Each interleaving is forced: a third transaction holds the row that both wait for (or, for a
+removal, has deleted it and not yet committed), so each statement has taken whatever it takes before
+that row comes free.
 """
 
 from __future__ import annotations

@@ -181,6 +181,8 @@ BEGIN
 END
 $$;
 
+-- Only transitions that make a todo claimable again or a dead letter call the function now (0003's
+-- condition without `done`); claims, heartbeats, completions and parked retries never do.
 DROP TRIGGER todos_transition_events ON todos;
 CREATE TRIGGER todos_transition_events AFTER UPDATE OF state, next_retry_at ON todos
     FOR EACH ROW
