@@ -37,7 +37,18 @@ import psycopg
 import pytest
 
 from core_world import make_world, sql
-from switchboard.core import endpoints, hooks, intakes, producer, secrets, signin_failures, sinks, teams, todos
+from switchboard.core import (
+    admission,
+    endpoints,
+    hooks,
+    intakes,
+    producer,
+    secrets,
+    signin_failures,
+    sinks,
+    teams,
+    todos,
+)
 from switchboard.core.errors import NotFound, Unauthorized
 from switchboard.core.queries import Q
 from team_world import make_fleet
@@ -399,3 +410,24 @@ async def test_a_sink_tick_while_a_team_is_deleted_does_not_deadlock(own_core):
     queued, deleted = await asyncio.wait_for(asyncio.gather(tick, delete), 15)
     assert queued["queue_stuck"] == 1 and deleted["deleted"] is True  # the tick first, then the team went
     assert await sql(core, "SELECT 1 FROM notification_sinks UNION ALL SELECT 1 FROM sink_stuck_queues") == []
+
+
+async def test_a_team_policy_set_while_the_team_is_deleted_is_not_found(own_core):
+    """The policy's insert checked its foreign key on the team being deleted, waited, and failed (23503)
+    when the deletion committed: an internal error. The write now reads the team (and the human's
+    manager role) with that lock first, so it waits and then writes nothing: not_found, as for a team
+    that does not exist."""
+    core = own_core
+    fleet = await make_fleet(core, members=1, endpoints=0)
+    team_id = (await sql(core, "SELECT id FROM teams"))[0]["id"]
+    gone = "DELETE FROM teams WHERE id = %s"
+    with pytest.raises(NotFound) as raised:
+        await while_removed(core.uri, gone, (team_id,), lambda: admission.set_policy(
+            core, fleet.humans[0], fleet.label, max_in_flight=3))
+    assert (raised.value.message, raised.value.argument) == ("team not found", "team")
+    fleet = await make_fleet(core, members=1, endpoints=0)
+    team_id = (await sql(core, "SELECT id FROM teams"))[0]["id"]
+    with pytest.raises(NotFound):
+        await while_removed(core.uri, gone, (team_id,), lambda: admission.set_paused(
+            core, fleet.humans[0], fleet.label, True))
+    assert await sql(core, "SELECT id FROM admission_policies") == []

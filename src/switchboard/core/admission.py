@@ -366,7 +366,7 @@ async def set_policy(core: Core, human: HumanCaller, queue: object, *, endpoint:
               "max_in_flight": _limit(max_in_flight, "max_in_flight", MAX_IN_FLIGHT_MAX),
               "max_claims_per_window": _limit(max_claims_per_window, "max_claims_per_window", MAX_CLAIMS_MAX),
               "period": w.period, "tz": w.tz, "start_minute": w.start_minute, "weekday": w.weekday,
-              "paused": paused}
+              "paused": paused, "human_id": human.human_id}
     sql = Q.admission.upsert_team if ident.team_id is not None else Q.admission.upsert_endpoint
     async with core.pool.connection() as conn:
         try:
@@ -374,8 +374,16 @@ async def set_policy(core: Core, human: HumanCaller, queue: object, *, endpoint:
         except psycopg.errors.InvalidParameterValue:
             raise Invalid(f"window tz {w.tz!r} is not a time zone this database knows",
                           argument="window.tz") from None
-        await conn.execute(sql, params)
+        written = await (await conn.execute(sql, params)).fetchone()
+    if written is None:
+        raise _team_gone()
     return (await status(core, human, [ident]))[0]
+
+
+def _team_gone() -> NotFound:
+    """A team policy write that found the team deleted, or its human no longer a manager, meanwhile:
+    the answer for a team outside the human's reach (teams.team_for_label), byte for byte."""
+    return NotFound("team not found", argument="team")
 
 
 async def set_paused(core: Core, human: HumanCaller, queue: object, paused: bool, *,
@@ -384,8 +392,11 @@ async def set_paused(core: Core, human: HumanCaller, queue: object, paused: bool
     _require_manage(ident)
     sql = Q.admission.set_paused_team if ident.team_id is not None else Q.admission.set_paused_endpoint
     async with core.pool.connection() as conn:
-        await conn.execute(sql, {"queue": ident.queue, "endpoint_id": ident.endpoint_id,
-                                 "team_id": ident.team_id, "paused": paused})
+        cur = await conn.execute(sql, {"queue": ident.queue, "endpoint_id": ident.endpoint_id,
+                                       "team_id": ident.team_id, "paused": paused, "human_id": human.human_id})
+        written = await cur.fetchone()
+    if written is None:
+        raise _team_gone()
     return (await status(core, human, [ident]))[0]
 
 
