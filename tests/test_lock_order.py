@@ -41,6 +41,7 @@ from switchboard.core import (
     admission,
     endpoints,
     hooks,
+    humans,
     intakes,
     producer,
     secrets,
@@ -431,3 +432,25 @@ async def test_a_team_policy_set_while_the_team_is_deleted_is_not_found(own_core
         await while_removed(core.uri, gone, (team_id,), lambda: admission.set_paused(
             core, fleet.humans[0], fleet.label, True))
     assert await sql(core, "SELECT id FROM admission_policies") == []
+
+
+async def test_member_and_grant_changes_while_the_team_is_deleted_are_not_found(own_core):
+    """Adding a member or granting a queue inserted a row whose foreign key waited for the team's
+    deletion and failed when it committed (23503). Every change of a team's members, roles and grants
+    now locks the team's row first, as the deletion does, and a team gone meanwhile is not_found."""
+    core = own_core
+    await humans.add(core, "newcomer")
+    fleet = await make_fleet(core, members=1, endpoints=1, queue="a")
+    team_id = (await sql(core, "SELECT id FROM teams"))[0]["id"]
+    gone = "DELETE FROM teams WHERE id = %s"
+    with pytest.raises(NotFound) as raised:
+        await while_removed(core.uri, gone, (team_id,),
+                            lambda: teams.add_member(core, fleet.humans[0], fleet.slug, "newcomer"))
+    assert (raised.value.message, raised.value.argument) == ("team not found", "team")
+    fleet = await make_fleet(core, members=1, endpoints=1, queue="a")
+    team_id = (await sql(core, "SELECT id FROM teams"))[0]["id"]
+    label_b = fleet.label[:-1] + "b"
+    with pytest.raises(NotFound):
+        await while_removed(core.uri, gone, (team_id,),
+                            lambda: teams.grant(core, fleet.humans[0], fleet.slug, label_b, fleet.ep_slugs[0]))
+    assert await sql(core, "SELECT 1 FROM team_members UNION ALL SELECT 1 FROM team_grants") == []

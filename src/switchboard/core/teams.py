@@ -34,6 +34,15 @@ def _not_found() -> NotFound:
     return NotFound("team not found", argument="team")
 
 
+async def _lock_team(conn: AsyncConnection[DictRow], team_id: Any) -> None:
+    """The team's row, locked first by every change of its members, roles and grants (and by its
+    deletion), so they go one at a time. A team deleted meanwhile is not_found: the change's inserts
+    would have waited for the deletion and failed their foreign keys (docs/decisions.md D66)."""
+    cur = await conn.execute(Q.teams.lock_team, {"team_id": team_id})
+    if await cur.fetchone() is None:
+        raise _not_found()
+
+
 def public(row: dict[str, Any]) -> dict[str, Any]:
     out = {"slug": row["slug"], "name": row["name"], "created_at": shapes.ts(row["created_at"])}
     if "role" in row:
@@ -128,6 +137,7 @@ async def add_member(core: Core, actor: HumanCaller, slug: Any, name: Any, role:
         if checked_role == "owner" and team["role"] != "owner":
             raise Forbidden("only a team owner may add an owner", argument="role")
         human_id = await _human_id(conn, name)
+        await _lock_team(conn, team["id"])
         cur = await conn.execute(Q.teams.add_member, {"team_id": team["id"], "human_id": human_id,
                                                       "role": checked_role})
         if await cur.fetchone() is None:
@@ -140,7 +150,7 @@ async def set_role(core: Core, actor: HumanCaller, slug: Any, name: Any, role: A
     async with core.pool.connection() as conn, conn.transaction():
         team = await _membership(conn, actor, slug)
         _require_manager(team, "change roles")
-        await conn.execute(Q.teams.lock_team, {"team_id": team["id"]})
+        await _lock_team(conn, team["id"])
         human_id = await _human_id(conn, name)
         current = await _role_of(conn, team["id"], human_id)
         if current is None:
@@ -169,7 +179,7 @@ async def _remove(core: Core, conn: AsyncConnection[DictRow], team: dict[str, An
     """Take a human off a team in the caller's transaction: their grants go, and the team leases their
     endpoints hold, and those they hold themselves (a Board claim), are handed back (`released`,
     `requeued`). Returns the rows handed back."""
-    await conn.execute(Q.teams.lock_team, {"team_id": team["id"]})
+    await _lock_team(conn, team["id"])
     current = await _role_of(conn, team["id"], human_id)
     if current is None:
         raise NotFound("not a member of this team", argument="human")
@@ -221,8 +231,8 @@ async def delete(core: Core, actor: HumanCaller, slug: Any) -> dict[str, Any]:
         team = await _membership(conn, actor, slug)
         if team["role"] != "owner":
             raise Forbidden("only a team owner may delete the team", argument="team")
-        for lock in (Q.teams.lock_team, Q.teams.lock_members_to_delete, Q.teams.lock_grants_to_delete,
-                     Q.teams.lock_todos_to_delete):
+        await _lock_team(conn, team["id"])
+        for lock in (Q.teams.lock_members_to_delete, Q.teams.lock_grants_to_delete, Q.teams.lock_todos_to_delete):
             await conn.execute(lock, {"team_id": team["id"]})
         await conn.execute(Q.teams.delete, {"team_id": team["id"]})
     return {"team": team["slug"], "deleted": True}
@@ -258,6 +268,7 @@ async def grant(core: Core, actor: HumanCaller, slug: Any, queue: Any, endpoint:
         ep = await _endpoint_of_member(conn, team, endpoint)
         if ep["state"] != "active":
             raise Invalid("endpoint is revoked", argument="endpoint")
+        await _lock_team(conn, team["id"])
         await conn.execute(Q.teams.grant, {"endpoint_id": ep["id"], "queue": label, "team_id": team["id"],
                                            "endpoint_human_id": ep["human_id"], "granted_by": actor.human_id})
         await conn.execute(Q.teams.add_scope_queue, {"endpoint_id": ep["id"], "queue": label})
@@ -308,6 +319,7 @@ async def grant_on_vend(conn: AsyncConnection[DictRow], human: HumanCaller, endp
     for label in labels:
         team = await team_for_label(conn, human, label)
         if team["role"] in MANAGERS:
+            await _lock_team(conn, team["id"])
             await conn.execute(Q.teams.grant, {"endpoint_id": endpoint_id, "queue": label, "team_id": team["id"],
                                                "endpoint_human_id": human.human_id, "granted_by": human.human_id})
             granted.append(label)
