@@ -279,21 +279,33 @@ async def test_a_sink_tick_while_a_sink_is_removed_queues_for_the_others(own_cor
     assert {str(r["sink_id"]) for r in rows} == {str(kept["sink_id"])}
 
 
-async def test_keyed_bulk_pushes_naming_keys_in_other_orders_do_not_deadlock(own_core):
+@pytest.mark.parametrize("owner", ["endpoint", "team"])
+async def test_keyed_bulk_pushes_naming_keys_in_other_orders_do_not_deadlock(own_core, owner):
     """Batch a inserts k1 and waits for k0, held here by an uncommitted todo; batch b names k2 then
     k1. Without turns, b inserted k2 and waited for a's k1, and a, once k0 came free, waited for b's
-    k2. Keyed batches of one endpoint now take turns, so b waits for a to finish."""
+    k2. Keyed batches of one endpoint (or one team) now take turns, so b waits for a to finish."""
     core = own_core
-    w = await make_world(core)
 
     def items(*keys):
-        return [{"title": k, "key": k} for k in keys]
+        return [{"title": k, "key": k, "queue": "work"} for k in keys]
 
-    a, b = await holding(
-        core.uri, "INSERT INTO todos (id, endpoint_id, queue, title, idempotency_key)"
-                  " VALUES ('td_held', %s, 'inbox', 'held', 'k0')", (w.e1.endpoint_id,),
-        (lambda: producer.push_many(core, w.h1, w.slug1, items("k1", "k0", "k2")), 1),
-        (lambda: producer.push_many(core, w.h1, w.slug1, items("k2", "k1")), 2))
+    if owner == "endpoint":
+        w = await make_world(core, queues=("work",))
+        held = ("INSERT INTO todos (id, endpoint_id, queue, title, idempotency_key)"
+                " VALUES ('td_held', %s, 'work', 'held', 'k0')", (w.e1.endpoint_id,))
+
+        def push(*keys):
+            return lambda: producer.push_many(core, w.h1, w.slug1, items(*keys))
+    else:
+        fleet = await make_fleet(core, members=1, endpoints=0)
+        team_id = (await sql(core, "SELECT id FROM teams"))[0]["id"]
+        held = ("INSERT INTO todos (id, team_id, queue, title, idempotency_key)"
+                " VALUES ('td_held', %s, %s, 'held', 'k0')", (team_id, fleet.label))
+
+        def push(*keys):
+            return lambda: producer.push_team_many(core, fleet.humans[0], fleet.slug, items(*keys))
+
+    a, b = await holding(core.uri, held[0], held[1], (push("k1", "k0", "k2"), 1), (push("k2", "k1"), 2))
     assert [created for _, created in a] == [True, True, True]
     assert [created for _, created in b] == [False, False]
     assert [t["id"] for t, _ in b] == [a[2][0]["id"], a[0][0]["id"]]
@@ -384,7 +396,9 @@ async def test_the_sign_in_prune_skips_rows_a_sign_in_holds(own_core):
         await holder.rollback()
     left = await sql(core, "SELECT key_hash FROM signin_failures")
     assert [bytes(r["key_hash"]) for r in left] == [held]
-    await signin_failures.succeed(core, pair, address)
+    await signin_failures.succeed(core, pair, address)  # its two rows locked in key order, one of them gone
+    left = await sql(core, "SELECT key_hash, failures FROM signin_failures")
+    assert [(bytes(r["key_hash"]), r["failures"]) for r in left] == [(held, 0)]  # the count taken back
 
 
 async def test_a_sink_tick_while_a_team_is_deleted_does_not_deadlock(own_core):
@@ -454,3 +468,21 @@ async def test_member_and_grant_changes_while_the_team_is_deleted_are_not_found(
         await while_removed(core.uri, gone, (team_id,),
                             lambda: teams.grant(core, fleet.humans[0], fleet.slug, label_b, fleet.ep_slugs[0]))
     assert await sql(core, "SELECT 1 FROM team_members UNION ALL SELECT 1 FROM team_grants") == []
+
+
+async def test_a_team_policy_set_by_a_manager_demoted_meanwhile_is_not_found(own_core):
+    """The role was checked before the write; a demotion committed between the two let a member write
+    the team's policy. The write now reads the human's membership with a share lock: it waits for the
+    demotion held here, reads its outcome, and writes nothing."""
+    core = own_core
+    fleet = await make_fleet(core, members=2, endpoints=0)  # humans[1] is an admin
+    demote = ("UPDATE team_members SET role = 'member' WHERE human_id = %s",
+              (fleet.humans[1].human_id,))
+    async with await psycopg.AsyncConnection.connect(core.uri) as holder:
+        await holder.execute(*demote)
+        setting = asyncio.create_task(admission.set_policy(core, fleet.humans[1], fleet.label, max_in_flight=3))
+        await waiting_for_locks(core.uri, 1)
+        await holder.commit()
+    with pytest.raises(NotFound):
+        await asyncio.wait_for(setting, 15)
+    assert await sql(core, "SELECT id FROM admission_policies") == []

@@ -150,15 +150,11 @@ DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight, max_claims_per_window = EX
 RETURNING *
 
 -- name: upsert_team
--- Written only while %(human_id)s manages the team (`manager`), the team's row read with the lock the
--- policy's foreign key takes (D66): a deletion of the team in flight is waited for and then nothing is
--- written, where the insert's foreign-key check used to fail (23503); a role change, which locks the
--- team's row, goes before or after. Nothing returned: the team is gone, or no longer the human's to manage.
-WITH manager AS (
-    SELECT tm.id FROM teams tm JOIN team_members m ON m.team_id = tm.id
-     WHERE tm.id = %(team_id)s AND m.human_id = %(human_id)s AND {{manages}}
-       FOR KEY SHARE OF tm
-)
+-- Written only while %(human_id)s manages the team (`manager`, fragments.sql managed_team): a deletion
+-- of the team in flight is waited for and then nothing is written, where the insert's foreign-key
+-- check used to fail (23503), and so is a change of the human's role. Nothing returned: the team is
+-- gone, or no longer the human's to manage.
+WITH manager AS ({{managed_team}})
 INSERT INTO admission_policies (team_id, queue, max_in_flight, max_claims_per_window, window_period,
                                 window_tz, window_start_minute, window_weekday, paused)
 SELECT id, %(queue)s, %(max_in_flight)s, %(max_claims_per_window)s, %(period)s, %(tz)s,
@@ -179,12 +175,8 @@ DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
 RETURNING *
 
 -- name: set_paused_team
--- As upsert_team: only while %(human_id)s manages the team, whose row is read FOR KEY SHARE.
-WITH manager AS (
-    SELECT tm.id FROM teams tm JOIN team_members m ON m.team_id = tm.id
-     WHERE tm.id = %(team_id)s AND m.human_id = %(human_id)s AND {{manages}}
-       FOR KEY SHARE OF tm
-)
+-- As upsert_team: only while %(human_id)s manages the team.
+WITH manager AS ({{managed_team}})
 INSERT INTO admission_policies (team_id, queue, paused) SELECT id, %(queue)s, %(paused)s FROM manager
 ON CONFLICT (team_id, queue) WHERE team_id IS NOT NULL
 DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()

@@ -681,6 +681,15 @@ EXISTS (
  UNION ALL
  SELECT x.* FROM todos x WHERE x.team_id = s.team_id AND x.team_id IS NOT NULL)
 
+-- name: managed_team
+-- For a write on a team's behalf (admission.sql): the team %(team_id)s while %(human_id)s manages it,
+-- its row read with the lock a foreign key to it takes (D66: a deletion in flight is waited for, then
+-- nothing matches) and the membership row share-locked, so that a role change in flight is waited
+-- for and its outcome read (PostgreSQL rechecks a row it had to wait to lock, not the rows joined to it).
+SELECT tm.id FROM teams tm JOIN team_members m ON m.team_id = tm.id
+ WHERE tm.id = %(team_id)s AND m.human_id = %(human_id)s AND {{manages}}
+   FOR KEY SHARE OF tm FOR SHARE OF m
+
 -- name: manages
 -- Team membership `m` is a manager's: an owner or an admin (core/teams.py MANAGERS), who grants,
 -- sets policies and runs the team's hooks, and whose sinks hear about its queues.
