@@ -7,12 +7,18 @@ from __future__ import annotations
 from typing import Any
 
 from . import inputs
-from .endpoints import EXPIRES_MAX_SECONDS, EXPIRES_MIN_SECONDS, get_for_human, public
+from .endpoints import (
+    EXPIRES_MAX_SECONDS,
+    EXPIRES_MIN_SECONDS,
+    LEASE_MAX_SECONDS,
+    LEASE_MIN_SECONDS,
+    get_for_human,
+    public,
+)
 from .errors import Conflict
 from .models import Core, HumanCaller
 from .queries import Q, one
 
-LEASE_MIN_SECONDS, LEASE_MAX_SECONDS = 60, 86400
 UNSET = object()
 
 

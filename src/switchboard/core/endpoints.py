@@ -14,9 +14,11 @@ from .queries import Q, one
 from .secrets import display_prefix, new_credential, new_slug, same, sha256
 from .states import HELD_STATES, AttemptOutcome
 
-# How far ahead an endpoint's expiry may be set, at its vend or later (endpoint_terms.change).
+# How far ahead an endpoint's expiry may be set, and how long its default lease may be, at its vend or
+# later (endpoint_terms.change).
 EXPIRES_MIN_SECONDS = 60
 EXPIRES_MAX_SECONDS = 10 * 366 * 86400  # ten years
+LEASE_MIN_SECONDS, LEASE_MAX_SECONDS = 60, 86400
 
 
 def public(row: dict[str, Any]) -> dict[str, Any]:
@@ -48,9 +50,7 @@ async def vend(core: Core, human: HumanCaller, *, agent: Any, queues: list[str] 
     unknown = [v for v in verb_list if v not in VERBS]
     if unknown:
         raise Invalid(f"unknown verb {unknown[0]}; known verbs: {', '.join(VERBS)}", argument="verb")
-    if lease_ttl is not None and (isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int)
-                                  or not 60 <= lease_ttl <= 86400):
-        raise Invalid("lease_ttl must be from 60 to 86400 seconds", argument="lease_ttl")
+    lease_ttl = inputs.seconds_or_none(lease_ttl, "lease_ttl", LEASE_MIN_SECONDS, LEASE_MAX_SECONDS)
     seconds = inputs.seconds_or_none(expires_in_seconds, "expires_in_seconds", EXPIRES_MIN_SECONDS,
                                      EXPIRES_MAX_SECONDS)
     expires_at = None if seconds is None else datetime.now(UTC) + timedelta(seconds=seconds)
